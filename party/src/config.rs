@@ -1,0 +1,133 @@
+//! `party.toml`: what an operator configures. Relative paths are resolved against the
+//! directory of the config file, so a party directory can be moved as a whole.
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use fedmcmc_common::models::ModelSpec;
+use fedmcmc_common::neighbours::Neighbours;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartyConfig {
+    /// Name shown to the coordinator and in logs.
+    pub name: String,
+    /// Address the gRPC server binds, e.g. "127.0.0.1:50051".
+    pub listen: SocketAddr,
+    /// The durable privacy ledger (SQLite). Created on first start.
+    pub ledger: PathBuf,
+    /// File holding the bearer token callers must present (at least 16 characters).
+    pub auth_token_file: PathBuf,
+    #[serde(default = "default_neighbours")]
+    pub neighbours: Neighbours,
+    pub budget: BudgetConfig,
+    pub data: DataConfig,
+    pub model: ModelSpec,
+}
+
+fn default_neighbours() -> Neighbours {
+    Neighbours::Substitute
+}
+
+/// The party's whole privacy budget, for every run it will ever serve.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub epsilon: f64,
+    pub delta: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    #[serde(default)]
+    pub format: DataFormat,
+    pub path: PathBuf,
+    /// SQLite table holding the rows (columns x1 … xd).
+    #[serde(default = "default_table")]
+    pub table: String,
+}
+
+fn default_table() -> String {
+    "rows".to_string()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataFormat {
+    /// An embedded SQLite database (the default store).
+    #[default]
+    Sqlite,
+    Csv,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid party config: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl PartyConfig {
+    /// Reads, parses and validates a config file, resolving relative paths against its folder.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config: PartyConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        config.validate().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        for p in [&mut self.ledger, &mut self.auth_token_file, &mut self.data.path] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
+    /// Checks what TOML types cannot: a usable budget and a non-empty name.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("name must not be empty".into());
+        }
+        let BudgetConfig { epsilon, delta } = self.budget;
+        if !(epsilon.is_finite() && epsilon > 0.0) {
+            return Err(format!("budget.epsilon must be a positive number, got {epsilon}"));
+        }
+        if !(delta > 0.0 && delta < 1.0) {
+            return Err(format!("budget.delta must lie in (0, 1), got {delta}"));
+        }
+        Ok(())
+    }
+
+    /// Reads the bearer token; a short or missing token is an error, never "no auth".
+    pub fn read_token(&self) -> Result<String, ConfigError> {
+        let text =
+            std::fs::read_to_string(&self.auth_token_file).map_err(|source| ConfigError::Read {
+                path: self.auth_token_file.clone(),
+                source,
+            })?;
+        let token = text.trim().to_string();
+        if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
+            return Err(ConfigError::Invalid {
+                path: self.auth_token_file.clone(),
+                message: "the token must be at least 16 printable ASCII characters".into(),
+            });
+        }
+        Ok(token)
+    }
+}

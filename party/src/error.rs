@@ -1,0 +1,24 @@
+//! What a party refuses, as typed errors; `service.rs` maps each kind to one gRPC status.
+use crate::ledger::LedgerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartyError {
+    /// Malformed input: NaN/∞/wrong-length θ, a bad plan, a chain out of range.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// An unknown run id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The party's budget or the run's plan has no room for this.
+    #[error("{0}")]
+    BudgetExhausted(String),
+    /// A replayed key with new inputs, a step out of order, a closed run, a model mismatch.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A variant this party does not serve.
+    #[error("{0}")]
+    Unimplemented(String),
+    /// The ledger could not record the charge: nothing was released.
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}

@@ -1,0 +1,71 @@
+//! `party serve --config party.toml`: run a party node beside its private rows.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use fedmcmc_party::config::PartyConfig;
+
+#[derive(Parser)]
+#[command(name = "party", version, about = "A federation member: serves noisy, budgeted answers about its private rows")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load the rows and the ledger, then serve gRPC until SIGINT/SIGTERM.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Cli {
+        command: Command::Serve { config },
+    } = Cli::parse();
+    match serve(&config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("party: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = PartyConfig::load(path)?;
+    let opened = fedmcmc_party::open(&config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let d = opened.node.describe();
+    tracing::info!(
+        party = %d.name, listen = %listener.local_addr()?, rows = d.rows, model = %d.model,
+        epsilon = d.epsilon, delta = d.delta, epsilon_committed = d.epsilon_committed,
+        "serving"
+    );
+    // Operators and tests read the bound address from this line on stdout.
+    println!("listening on {}", listener.local_addr()?);
+    fedmcmc_party::service::serve(opened.node, &opened.token, listener, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+}

@@ -1,0 +1,249 @@
+//! The gRPC face of a party: authenticate, decode, call the node, map errors to statuses.
+//! No business logic lives here.
+use std::future::Future;
+use std::sync::Arc;
+
+use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_proto::MAX_MESSAGE_BYTES;
+use fedmcmc_proto::v1 as pb;
+use pb::party_server::{Party, PartyServer};
+use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use crate::budget::NoiseRequest;
+use crate::error::PartyError;
+use crate::node::{FULL_PENALTY, PartyNode, Plan};
+use crate::release::StepKey;
+
+pub const PROTOCOL_VERSION: &str = "fedmcmc.v1";
+
+impl From<PartyError> for Status {
+    fn from(e: PartyError) -> Status {
+        match e {
+            PartyError::InvalidArgument(m) => Status::invalid_argument(m),
+            PartyError::NotFound(m) => Status::not_found(m),
+            PartyError::BudgetExhausted(m) => Status::resource_exhausted(m),
+            PartyError::FailedPrecondition(m) => Status::failed_precondition(m),
+            PartyError::Unimplemented(m) => Status::unimplemented(m),
+            PartyError::Ledger(e) => {
+                tracing::error!(error = %e, "ledger failure");
+                Status::internal("the party could not record the charge durably; nothing was released")
+            }
+        }
+    }
+}
+
+/// Wire name of a variant, as the node and the ledger spell it.
+pub fn variant_name(v: pb::Variant) -> &'static str {
+    match v {
+        pb::Variant::Unspecified => "unspecified",
+        pb::Variant::FullPenalty => FULL_PENALTY,
+        pb::Variant::MinibatchPenalty => "minibatch-penalty",
+        pb::Variant::Barker => "barker",
+        pb::Variant::Hmc => "hmc",
+        pb::Variant::SufficientStatistics => "sufficient-statistics",
+    }
+}
+
+fn variant_from_name(name: &str) -> pb::Variant {
+    match name {
+        FULL_PENALTY => pb::Variant::FullPenalty,
+        _ => pb::Variant::Unspecified,
+    }
+}
+
+pub struct PartyService {
+    node: Arc<PartyNode>,
+}
+
+impl PartyService {
+    pub fn new(node: Arc<PartyNode>) -> Self {
+        PartyService { node }
+    }
+}
+
+fn step_key(key: Option<pb::StepKey>) -> Result<StepKey, Status> {
+    let key = key.ok_or_else(|| Status::invalid_argument("the step key is missing"))?;
+    if key.run_id.is_empty() {
+        return Err(Status::invalid_argument("run_id is empty"));
+    }
+    Ok(StepKey {
+        run_id: key.run_id,
+        chain: key.chain,
+        step: key.step,
+    })
+}
+
+#[tonic::async_trait]
+impl Party for PartyService {
+    async fn describe(
+        &self,
+        _request: Request<pb::DescribeRequest>,
+    ) -> Result<Response<pb::DescribeResponse>, Status> {
+        let d = self.node.describe();
+        Ok(Response::new(pb::DescribeResponse {
+            protocol_version: PROTOCOL_VERSION.into(),
+            party_name: d.name,
+            model: d.model,
+            model_fingerprint: d.model_fingerprint,
+            dim: d.dim as u32,
+            rows: d.rows,
+            variants: d
+                .variants
+                .iter()
+                .map(|v| variant_from_name(v) as i32)
+                .collect(),
+            neighbours: match d.neighbours {
+                Neighbours::Substitute => pb::Neighbours::Substitute,
+                Neighbours::AddRemove => pb::Neighbours::AddRemove,
+            } as i32,
+            budget: Some(pb::PrivacyBudget {
+                epsilon: d.epsilon,
+                delta: d.delta,
+            }),
+            epsilon_committed: d.epsilon_committed,
+            open_runs: d.open_runs,
+            mu_remaining: d.mu_remaining,
+        }))
+    }
+
+    async fn open_run(
+        &self,
+        request: Request<pb::OpenRunRequest>,
+    ) -> Result<Response<pb::RunGrant>, Status> {
+        let req = request.into_inner();
+        let plan = req
+            .plan
+            .ok_or_else(|| Status::invalid_argument("the run plan is missing"))?;
+        let noise = match plan.noise {
+            Some(pb::run_plan::Noise::Tau(t)) => NoiseRequest::Tau(t),
+            Some(pb::run_plan::Noise::Calibrate(true)) => NoiseRequest::Calibrate,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the plan must either request a tau or ask the party to calibrate",
+                ));
+            }
+        };
+        let grant = self
+            .node
+            .open_run(
+                Plan {
+                    variant: variant_name(plan.variant()).to_string(),
+                    chains: plan.chains,
+                    steps_per_chain: plan.steps_per_chain,
+                    clip: plan.clip,
+                    noise,
+                },
+                &req.model_fingerprint,
+            )
+            .await?;
+        let d = self.node.describe();
+        Ok(Response::new(pb::RunGrant {
+            run_id: grant.run_id,
+            tau: grant.tau,
+            noise_multiplier: grant.noise_multiplier,
+            releases: grant.releases,
+            run_epsilon: grant.run_epsilon,
+            epsilon_committed: grant.epsilon_committed,
+            budget: Some(pb::PrivacyBudget {
+                epsilon: d.epsilon,
+                delta: d.delta,
+            }),
+        }))
+    }
+
+    async fn log_lik_ratio(
+        &self,
+        request: Request<pb::LogLikRatioRequest>,
+    ) -> Result<Response<pb::Contribution>, Status> {
+        let req = request.into_inner();
+        let key = step_key(req.key)?;
+        let c = self
+            .node
+            .log_lik_ratio(&key, &req.theta, &req.theta_proposed)
+            .await?;
+        Ok(Response::new(pb::Contribution {
+            value: c.value,
+            noise_variance: c.noise_variance,
+            replayed: c.replayed,
+        }))
+    }
+
+    async fn close_run(
+        &self,
+        request: Request<pb::CloseRunRequest>,
+    ) -> Result<Response<pb::CloseRunResponse>, Status> {
+        let closed = self.node.close_run(&request.into_inner().run_id).await?;
+        Ok(Response::new(pb::CloseRunResponse {
+            releases: closed.releases,
+            run_epsilon: closed.run_epsilon,
+            epsilon_committed: closed.epsilon_committed,
+        }))
+    }
+}
+
+/// Checks `authorization: Bearer <token>` on every call, in constant time.
+#[derive(Clone)]
+pub struct BearerAuth {
+    expected: Arc<Vec<u8>>,
+}
+
+impl BearerAuth {
+    pub fn new(token: &str) -> Self {
+        BearerAuth {
+            expected: Arc::new(format!("Bearer {token}").into_bytes()),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let given = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        let same_len = given.len() == self.expected.len();
+        let diff = given
+            .iter()
+            .zip(self.expected.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if same_len && diff == 0 {
+            Ok(request)
+        } else {
+            Err(Status::unauthenticated(
+                "missing or wrong bearer token for this party",
+            ))
+        }
+    }
+}
+
+/// The service with its limits: authentication first, then a cap on message size so an
+/// oversize request is refused before it is decoded.
+pub fn service(
+    node: Arc<PartyNode>,
+    token: &str,
+) -> InterceptedService<PartyServer<PartyService>, BearerAuth> {
+    InterceptedService::new(
+        PartyServer::new(PartyService::new(node)).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        BearerAuth::new(token),
+    )
+}
+
+/// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown).
+pub async fn serve(
+    node: Arc<PartyNode>,
+    token: &str,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(service(node, token))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+}

@@ -1,0 +1,329 @@
+//! Refusals over real gRPC: a party served on a loopback port, called through the generated
+//! client, exactly as a coordinator would.
+use std::net::SocketAddr;
+use std::path::Path;
+
+use fedmcmc_common::models::ModelSpec;
+use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
+use fedmcmc_proto::v1 as pb;
+use pb::party_client::PartyClient;
+use rand::SeedableRng;
+use tokio::sync::oneshot;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+const ROWS: usize = 2_000;
+
+type Client = PartyClient<InterceptedService<Channel, Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>>>;
+
+/// Writes a party directory (rows, token) and returns its config.
+fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
+    let spec = ModelSpec::flat_banana(2);
+    let model = spec.build().unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let data = model.simulate(&spec.true_theta(), ROWS, &mut rng);
+    let rows = dir.join("rows.sqlite");
+    if !rows.exists() {
+        fedmcmc_party::store::write_sqlite(&rows, "rows", &data).unwrap();
+    }
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    PartyConfig {
+        name: "alpha".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ledger: dir.join("ledger.sqlite"),
+        auth_token_file: dir.join("token"),
+        neighbours: Neighbours::Substitute,
+        budget: BudgetConfig { epsilon, delta },
+        data: DataConfig {
+            format: DataFormat::Sqlite,
+            path: rows,
+            table: "rows".into(),
+        },
+        model: spec,
+    }
+}
+
+struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    fingerprint: String,
+}
+
+impl Running {
+    async fn start(config: &PartyConfig) -> Running {
+        let opened = fedmcmc_party::open(config).unwrap();
+        let fingerprint = opened.node.describe().model_fingerprint;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            fedmcmc_party::service::serve(opened.node, &opened.token, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Running {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+            fingerprint,
+        }
+    }
+
+    /// Graceful shutdown: the node (and its ledger writer) is dropped when this returns.
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+
+    async fn client_with(&self, token: Option<&str>) -> Client {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
+            token.map(|t| format!("Bearer {t}").parse().unwrap());
+        let auth: Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send> =
+            Box::new(move |mut req: tonic::Request<()>| {
+                if let Some(h) = &header {
+                    req.metadata_mut().insert("authorization", h.clone());
+                }
+                Ok(req)
+            });
+        PartyClient::with_interceptor(channel, auth).max_encoding_message_size(16 << 20)
+    }
+
+    async fn client(&self) -> Client {
+        self.client_with(Some(TOKEN)).await
+    }
+}
+
+fn plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::FullPenalty as i32,
+        chains,
+        steps_per_chain: steps,
+        clip: 2.0,
+        noise: Some(noise),
+        ..Default::default()
+    }
+}
+
+async fn open(client: &mut Client, fp: &str, p: pb::RunPlan) -> Result<pb::RunGrant, tonic::Status> {
+    client
+        .open_run(pb::OpenRunRequest {
+            plan: Some(p),
+            model_fingerprint: fp.into(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn llr(
+    client: &mut Client,
+    run_id: &str,
+    chain: u32,
+    step: u64,
+    theta: Vec<f64>,
+    prop: Vec<f64>,
+) -> Result<pb::Contribution, tonic::Status> {
+    client
+        .log_lik_ratio(pb::LogLikRatioRequest {
+            key: Some(pb::StepKey {
+                run_id: run_id.into(),
+                chain,
+                step,
+            }),
+            theta,
+            theta_proposed: prop,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn committed(client: &mut Client) -> f64 {
+    client
+        .describe(pb::DescribeRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .epsilon_committed
+}
+
+const TH: [f64; 2] = [0.0, 3.0];
+const PROP: [f64; 2] = [0.01, 2.99];
+
+#[tokio::test]
+async fn over_budget_open_run_is_refused_with_what_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let mut c = party.client().await;
+    // τ = 0.01 with n = 2000 gives s ≈ 0.447: a million releases cannot fit ε = 1.
+    let err = open(&mut c, &party.fingerprint, plan(1, 1_000_000, pb::run_plan::Noise::Tau(0.01)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains("budget") && err.message().contains("at most"), "{}", err.message());
+    // Reservations of open runs count: once one open run has reserved everything, nothing
+    // more is admitted.
+    let first = open(&mut c, &party.fingerprint, plan(1, 10, pb::run_plan::Noise::Calibrate(true)))
+        .await
+        .unwrap();
+    assert!((committed(&mut c).await - 1.0).abs() < 1e-6, "calibration takes all that is left");
+    let err = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    // Closing after 2 of 10 releases frees the rest of the reservation.
+    for step in 0..2 {
+        llr(&mut c, &first.run_id, 0, step, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    }
+    let closed = c
+        .close_run(pb::CloseRunRequest { run_id: first.run_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(closed.releases, 2);
+    assert!(committed(&mut c).await < 1.0);
+    assert!(open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true))).await.is_ok());
+    party.stop().await;
+}
+
+#[tokio::test]
+async fn replayed_step_returns_the_stored_answer_and_is_charged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let mut c = party.client().await;
+    let grant = open(&mut c, &party.fingerprint, plan(2, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    let first = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let again = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    assert_eq!(first.value, again.value);
+    assert_eq!(first.noise_variance, again.noise_variance);
+    assert!(!first.replayed && again.replayed);
+    // A reused step with a new θ is refused, whichever entry differs.
+    let err = llr(&mut c, &grant.run_id, 1, 0, vec![0.0, 3.0], vec![0.01, 2.98]).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("already answered"), "{}", err.message());
+    // Out of order: skipping ahead, or going back past the last step.
+    let err = llr(&mut c, &grant.run_id, 1, 2, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    llr(&mut c, &grant.run_id, 1, 1, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let err = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    // Charged once per step: two releases in all.
+    let closed = c.close_run(pb::CloseRunRequest { run_id: grant.run_id.clone() }).await.unwrap().into_inner();
+    assert_eq!(closed.releases, 2);
+    // A closed run answers nothing new.
+    let err = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    party.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_theta_is_invalid_and_costs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let mut c = party.client().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    for (theta, prop) in [
+        (vec![f64::NAN, 3.0], PROP.to_vec()),
+        (TH.to_vec(), vec![0.0, f64::INFINITY]),
+        (TH.to_vec(), vec![f64::NEG_INFINITY, 3.0]),
+        (vec![0.0, 3.0, 1.0], vec![0.0, 3.0, 1.0]),
+        (vec![0.0], PROP.to_vec()),
+        (vec![], vec![]),
+        (vec![-1e300, 3.0], vec![1e300, 3.0]),
+    ] {
+        let err = llr(&mut c, &grant.run_id, 0, 0, theta.clone(), prop.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{theta:?} {prop:?}: {}", err.message());
+    }
+    let err = llr(&mut c, &grant.run_id, 7, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "chain out of range");
+    // None of that was charged: step 0 is still fresh.
+    let ok = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    assert!(!ok.replayed);
+    party.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let mut c = party.client().await;
+    let err = llr(&mut c, "0123456789abcdef", 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = c.close_run(pb::CloseRunRequest { run_id: "nope".into() }).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+
+    for token in [None, Some("wrong-token-0123456789abcdef")] {
+        let mut anon = party.client_with(token).await;
+        let err = anon.describe(pb::DescribeRequest {}).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+        let err = open(&mut anon, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Tau(1.0))).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+
+    let grant = open(&mut c, &party.fingerprint, plan(1, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    let huge = vec![0.5; 100_000];
+    let err = llr(&mut c, &grant.run_id, 0, 0, huge.clone(), huge).await.unwrap_err();
+    assert_ne!(err.code(), Code::Ok);
+    assert!(
+        matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "oversize: {:?} {}",
+        err.code(),
+        err.message()
+    );
+    assert!(!llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap().replayed);
+
+    // Plans: wrong model, unsupported variant, no noise choice, nonsense numbers.
+    let err = open(&mut c, "not-the-model", plan(1, 1, pb::run_plan::Noise::Tau(1.0))).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let mut barker = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
+    barker.variant = pb::Variant::Barker as i32;
+    assert_eq!(open(&mut c, &party.fingerprint, barker).await.unwrap_err().code(), Code::Unimplemented);
+    let mut none = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
+    none.noise = None;
+    assert_eq!(open(&mut c, &party.fingerprint, none).await.unwrap_err().code(), Code::InvalidArgument);
+    for bad in [plan(0, 1, pb::run_plan::Noise::Tau(1.0)), plan(1, 0, pb::run_plan::Noise::Tau(1.0)), plan(1, 1, pb::run_plan::Noise::Tau(f64::NAN)), plan(1, 1, pb::run_plan::Noise::Tau(-1.0))] {
+        assert_eq!(open(&mut c, &party.fingerprint, bad).await.unwrap_err().code(), Code::InvalidArgument);
+    }
+    // A run cannot release more than it planned.
+    let small = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    llr(&mut c, &small.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let err = llr(&mut c, &small.run_id, 0, 1, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    party.stop().await;
+}
+
+#[tokio::test]
+async fn a_restarted_party_remembers_what_it_spent_and_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = party_dir(dir.path(), 1.0, 1e-6);
+    let party = Running::start(&config).await;
+    let mut c = party.client().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 100, pb::run_plan::Noise::Calibrate(true))).await.unwrap();
+    let answer = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let before = committed(&mut c).await;
+    drop(c);
+    party.stop().await;
+
+    let party = Running::start(&config).await;
+    let mut c = party.client().await;
+    assert_eq!(committed(&mut c).await, before);
+    let err = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true))).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let again = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    assert_eq!(again.value, answer.value);
+    assert!(again.replayed);
+    let err = llr(&mut c, &grant.run_id, 0, 0, vec![0.0, 3.5], PROP.to_vec()).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let next = llr(&mut c, &grant.run_id, 0, 1, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    assert!(!next.replayed);
+    party.stop().await;
+}
