@@ -1,0 +1,240 @@
+//! `coordinator privacy …` run as a process: its JSON must agree with the library, and bad
+//! input must give one sentence on stderr, nothing on stdout and a non-zero exit.
+use std::process::{Command, Output};
+
+use fedmcmc_common::accountant::{Accountant, GaussianComposition, calibrate, max_releases};
+use serde_json::Value;
+
+fn coordinator(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(args)
+        .output()
+        .expect("run the coordinator binary")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = coordinator(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "one JSON object per run: {stdout}"
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number '{key}' in {v}"))
+}
+
+#[test]
+fn epsilon_and_delta_agree_with_the_library() {
+    for accountant in Accountant::ALL {
+        let v = json(&[
+            "privacy",
+            "epsilon",
+            "--noise-multiplier",
+            "20",
+            "--releases",
+            "300",
+            "--delta",
+            "1e-6",
+            "--accountant",
+            accountant.key(),
+        ]);
+        let c = GaussianComposition::from_releases(&[(300.0, 20.0)]).unwrap();
+        assert_eq!(num(&v, "epsilon"), accountant.epsilon(&c, 1e-6).unwrap());
+        assert_eq!(num(&v, "delta"), 1e-6);
+        assert_eq!(v["method"], accountant.name());
+
+        let v = json(&[
+            "privacy",
+            "delta",
+            "--noise-multiplier",
+            "20",
+            "--releases",
+            "300",
+            "--epsilon",
+            "2",
+            "--accountant",
+            accountant.key(),
+        ]);
+        assert_eq!(num(&v, "delta"), accountant.delta(&c, 2.0).unwrap());
+        assert_eq!(num(&v, "epsilon"), 2.0);
+        assert_eq!(v["method"], accountant.name());
+    }
+}
+
+#[test]
+fn max_iterations_in_the_thesis_parametrisation() {
+    // s = τ√N with τ = 0.1, N = 100 000 (seed 003 Sec. 6.1), δ = 0.1/N.
+    let v = json(&[
+        "privacy",
+        "max-iterations",
+        "--tau",
+        "0.1",
+        "--rows",
+        "100000",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+    ]);
+    let s = 0.1 * 100_000f64.sqrt();
+    assert_eq!(num(&v, "noise_multiplier"), s);
+    let k = max_releases(Accountant::Analytic, s, 1.0, 1e-6).unwrap();
+    assert_eq!(v["releases"].as_u64(), Some(k));
+    assert_eq!(k, 56);
+    assert!(num(&v, "delta_at_releases") <= 1e-6 && 1e-6 < num(&v, "delta_at_next"));
+    assert_eq!(v["method"], Accountant::Analytic.name());
+
+    let z = json(&[
+        "privacy",
+        "max-iterations",
+        "--noise-multiplier",
+        &s.to_string(),
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        "--accountant",
+        "zcdp",
+    ]);
+    assert_eq!(z["releases"].as_u64(), Some(34));
+}
+
+#[test]
+fn calibrate_agrees_with_the_library() {
+    let v = json(&[
+        "privacy",
+        "calibrate",
+        "--releases",
+        "1000",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        "--rows",
+        "100000",
+    ]);
+    let s = calibrate(Accountant::Analytic, 1000, 1.0, 1e-6).unwrap();
+    assert_eq!(num(&v, "noise_multiplier"), s);
+    assert_eq!(num(&v, "tau"), s / 100_000f64.sqrt());
+    // The calibrated noise fits exactly the requested count.
+    let k = json(&[
+        "privacy",
+        "max-iterations",
+        "--noise-multiplier",
+        &s.to_string(),
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+    ]);
+    assert_eq!(k["releases"].as_u64(), Some(1000));
+}
+
+#[test]
+fn bad_input_is_refused_with_one_sentence() {
+    let cases: [&[&str]; 6] = [
+        &[
+            "privacy",
+            "epsilon",
+            "--noise-multiplier",
+            "2",
+            "--releases",
+            "10",
+            "--delta",
+            "1.5",
+        ],
+        &[
+            "privacy",
+            "delta",
+            "--noise-multiplier",
+            "-2",
+            "--releases",
+            "10",
+            "--epsilon",
+            "1",
+        ],
+        &[
+            "privacy",
+            "calibrate",
+            "--releases",
+            "0",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+        ],
+        &[
+            "privacy",
+            "max-iterations",
+            "--tau",
+            "0.1",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+        ],
+        &[
+            "privacy",
+            "epsilon",
+            "--noise-multiplier",
+            "2",
+            "--tau",
+            "0.1",
+            "--rows",
+            "9",
+            "--releases",
+            "1",
+            "--delta",
+            "0.1",
+        ],
+        &[
+            "privacy",
+            "epsilon",
+            "--noise-multiplier",
+            "2",
+            "--releases",
+            "1",
+            "--delta",
+            "0.1",
+            "--accountant",
+            "rdp",
+        ],
+    ];
+    for args in cases {
+        let out = coordinator(args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+    let out = coordinator(&[
+        "privacy",
+        "epsilon",
+        "--noise-multiplier",
+        "2",
+        "--releases",
+        "10",
+        "--delta",
+        "1.5",
+    ]);
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap().trim_end(),
+        "error: delta must lie strictly between 0 and 1, got 1.5"
+    );
+}
