@@ -1,0 +1,197 @@
+//! Parties over gRPC: the generated client, a bearer token, retries of idempotent steps.
+use std::time::Duration;
+
+use fedmcmc_proto::v1 as pb;
+use pb::party_client::PartyClient;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use super::{Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+type Client = PartyClient<InterceptedService<Channel, Bearer>>;
+
+pub struct GrpcParty {
+    client: Client,
+}
+
+/// How often a step is retried when the party is unreachable. Retrying the same
+/// (run, chain, step) is safe: the party answers a retry with its stored answer.
+const STEP_ATTEMPTS: u32 = 4;
+
+impl GrpcParty {
+    /// Connects to `address` (e.g. "http://127.0.0.1:50051").
+    pub async fn connect(address: &str, token: &str) -> Result<Self, CallError> {
+        let endpoint = Endpoint::from_shared(address.to_string())
+            .map_err(|e| CallError {
+                kind: CallErrorKind::Other,
+                message: format!("bad party address {address:?}: {e}"),
+            })?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10));
+        let channel = endpoint.connect().await.map_err(|e| CallError {
+            kind: CallErrorKind::Unavailable,
+            message: format!("cannot connect to {address}: {e}"),
+        })?;
+        let header = format!("Bearer {token}").parse().map_err(|_| CallError {
+            kind: CallErrorKind::Other,
+            message: "the token is not valid ASCII".into(),
+        })?;
+        Ok(GrpcParty {
+            client: PartyClient::with_interceptor(channel, Bearer(header)),
+        })
+    }
+}
+
+impl From<Status> for CallError {
+    fn from(s: Status) -> CallError {
+        let kind = match s.code() {
+            Code::ResourceExhausted => CallErrorKind::Budget,
+            Code::InvalidArgument
+            | Code::NotFound
+            | Code::FailedPrecondition
+            | Code::Unimplemented
+            | Code::Unauthenticated
+            | Code::PermissionDenied => CallErrorKind::Refused,
+            Code::Unavailable => CallErrorKind::Unavailable,
+            _ => CallErrorKind::Other,
+        };
+        CallError {
+            kind,
+            message: format!("{} ({:?})", s.message(), s.code()),
+        }
+    }
+}
+
+impl PartyHandle for GrpcParty {
+    async fn describe(&self) -> Result<PartyInfo, CallError> {
+        let d = self
+            .client
+            .clone()
+            .describe(pb::DescribeRequest {})
+            .await?
+            .into_inner();
+        let budget = d.budget.unwrap_or_default();
+        Ok(PartyInfo {
+            name: d.party_name,
+            model: d.model,
+            model_fingerprint: d.model_fingerprint,
+            dim: d.dim as usize,
+            rows: d.rows,
+            epsilon: budget.epsilon,
+            delta: budget.delta,
+            epsilon_committed: d.epsilon_committed,
+            mu_remaining: d.mu_remaining,
+        })
+    }
+
+    async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
+        let g = self
+            .client
+            .clone()
+            .open_run(pb::OpenRunRequest {
+                plan: Some(pb::RunPlan {
+                    variant: pb::Variant::FullPenalty as i32,
+                    chains: plan.chains,
+                    steps_per_chain: plan.steps_per_chain,
+                    clip: plan.clip,
+                    noise: Some(match plan.noise {
+                        NoiseChoice::Tau(t) => pb::run_plan::Noise::Tau(t),
+                        NoiseChoice::Calibrate => pb::run_plan::Noise::Calibrate(true),
+                    }),
+                    ..Default::default()
+                }),
+                model_fingerprint: fingerprint.to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(Grant {
+            run_id: g.run_id,
+            tau: g.tau,
+            noise_multiplier: g.noise_multiplier,
+            releases: g.releases,
+            run_epsilon: g.run_epsilon,
+            epsilon_committed: g.epsilon_committed,
+        })
+    }
+
+    async fn log_lik_ratio(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        theta: &[f64],
+        theta_prop: &[f64],
+    ) -> Result<Answer, CallError> {
+        let request = pb::LogLikRatioRequest {
+            key: Some(pb::StepKey {
+                run_id: run_id.to_string(),
+                chain,
+                step,
+            }),
+            theta: theta.to_vec(),
+            theta_proposed: theta_prop.to_vec(),
+        };
+        let mut attempt = 1;
+        loop {
+            match self.client.clone().log_lik_ratio(request.clone()).await {
+                Ok(r) => {
+                    let c = r.into_inner();
+                    let value = match c.value.as_slice() {
+                        [v] if v.is_finite() => *v,
+                        _ => {
+                            return Err(CallError {
+                                kind: CallErrorKind::Other,
+                                message: format!("malformed contribution {:?}", c.value),
+                            });
+                        }
+                    };
+                    if !(c.noise_variance.is_finite() && c.noise_variance >= 0.0) {
+                        return Err(CallError {
+                            kind: CallErrorKind::Other,
+                            message: format!("malformed noise variance {}", c.noise_variance),
+                        });
+                    }
+                    return Ok(Answer {
+                        value,
+                        noise_variance: c.noise_variance,
+                    });
+                }
+                Err(s) if s.code() == Code::Unavailable && attempt < STEP_ATTEMPTS => {
+                    tracing::warn!(chain, step, attempt, "party unavailable, retrying the same step");
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(s) => return Err(s.into()),
+            }
+        }
+    }
+
+    async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        let c = self
+            .client
+            .clone()
+            .close_run(pb::CloseRunRequest {
+                run_id: run_id.to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(Closed {
+            releases: c.releases,
+            run_epsilon: c.run_epsilon,
+            epsilon_committed: c.epsilon_committed,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! Parties in this process: the sampler calls each node's methods directly, no sockets.
+//! The release path, ledger and accountant are the same code a served party runs.
+use std::sync::Arc;
+
+use fedmcmc_party::PartyNode;
+use fedmcmc_party::budget::NoiseRequest;
+use fedmcmc_party::error::PartyError;
+use fedmcmc_party::node::{FULL_PENALTY, Plan};
+use fedmcmc_party::release::StepKey;
+
+use super::{Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+
+impl From<PartyError> for CallError {
+    fn from(e: PartyError) -> CallError {
+        let kind = match &e {
+            PartyError::BudgetExhausted(_) => CallErrorKind::Budget,
+            PartyError::InvalidArgument(_)
+            | PartyError::NotFound(_)
+            | PartyError::FailedPrecondition(_)
+            | PartyError::Unimplemented(_) => CallErrorKind::Refused,
+            PartyError::Ledger(_) => CallErrorKind::Other,
+        };
+        CallError {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl PartyHandle for Arc<PartyNode> {
+    async fn describe(&self) -> Result<PartyInfo, CallError> {
+        let d = PartyNode::describe(self);
+        Ok(PartyInfo {
+            name: d.name,
+            model: d.model,
+            model_fingerprint: d.model_fingerprint,
+            dim: d.dim,
+            rows: d.rows,
+            epsilon: d.epsilon,
+            delta: d.delta,
+            epsilon_committed: d.epsilon_committed,
+            mu_remaining: d.mu_remaining,
+        })
+    }
+
+    async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
+        let g = PartyNode::open_run(
+            self,
+            Plan {
+                variant: FULL_PENALTY.to_string(),
+                chains: plan.chains,
+                steps_per_chain: plan.steps_per_chain,
+                clip: plan.clip,
+                noise: match plan.noise {
+                    NoiseChoice::Tau(t) => NoiseRequest::Tau(t),
+                    NoiseChoice::Calibrate => NoiseRequest::Calibrate,
+                },
+            },
+            fingerprint,
+        )
+        .await?;
+        Ok(Grant {
+            run_id: g.run_id,
+            tau: g.tau,
+            noise_multiplier: g.noise_multiplier,
+            releases: g.releases,
+            run_epsilon: g.run_epsilon,
+            epsilon_committed: g.epsilon_committed,
+        })
+    }
+
+    async fn log_lik_ratio(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        theta: &[f64],
+        theta_prop: &[f64],
+    ) -> Result<Answer, CallError> {
+        let key = StepKey {
+            run_id: run_id.to_string(),
+            chain,
+            step,
+        };
+        let c = PartyNode::log_lik_ratio(self, &key, theta, theta_prop).await?;
+        Ok(Answer {
+            value: c.value[0],
+            noise_variance: c.noise_variance,
+        })
+    }
+
+    async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        let c = PartyNode::close_run(self, run_id).await?;
+        Ok(Closed {
+            releases: c.releases,
+            run_epsilon: c.run_epsilon,
+            epsilon_committed: c.epsilon_committed,
+        })
+    }
+}
+
+/// A federation of in-process parties over `parts` (one party per part, named
+/// `party-1 …`), each with the same budget and an in-memory ledger. For tests, benchmarks
+/// and one-machine simulations; nothing is served.
+pub fn in_process(
+    model: &fedmcmc_common::models::ModelSpec,
+    parts: Vec<fedmcmc_common::data::Columns>,
+    budget: fedmcmc_party::config::BudgetConfig,
+) -> anyhow::Result<super::Federation<Arc<PartyNode>>> {
+    let budget = fedmcmc_party::budget::Budget::new(budget)?;
+    let mut parties = Vec::with_capacity(parts.len());
+    for (i, data) in parts.into_iter().enumerate() {
+        let name = format!("party-{}", i + 1);
+        let node = PartyNode::new(
+            name.clone(),
+            model.build()?,
+            data,
+            fedmcmc_common::neighbours::Neighbours::Substitute,
+            budget,
+            (fedmcmc_party::ledger::Ledger::in_memory()?, Vec::new()),
+        )?;
+        parties.push((name, Arc::new(node)));
+    }
+    Ok(super::Federation::new(parties))
+}

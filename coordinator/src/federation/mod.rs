@@ -1,0 +1,232 @@
+//! The federation as the sampler sees it: the sum of the parties' answers.
+//!
+//! [`PartyHandle`] is one party reached somehow (in this process, or over gRPC);
+//! [`Federation`] fans each request out to all parties at once and sums their contributions.
+//! The sampler is written against `Federation<P>` only, so the same code path runs against
+//! in-process parties (tests, benchmarks) and real gRPC servers.
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+
+use futures::future::{join_all, try_join_all};
+
+pub mod grpc;
+pub mod local;
+
+/// What a party tells about itself (DESIGN §2 `Describe`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartyInfo {
+    pub name: String,
+    pub model: String,
+    pub model_fingerprint: String,
+    pub dim: usize,
+    pub rows: u64,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub epsilon_committed: f64,
+    /// μ still available for Gaussian releases (k releases at multiplier s cost k/(2s²)).
+    pub mu_remaining: f64,
+}
+
+/// The noise a plan asks for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum NoiseChoice {
+    /// The same τ for every party; each party's multiplier is τ·√nᵢ.
+    Tau(f64),
+    /// Each party calibrates the smallest τ that fits its own budget.
+    Calibrate,
+}
+
+/// A full-data DP-penalty run: `chains × steps_per_chain` releases per party.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunPlan {
+    pub chains: u32,
+    pub steps_per_chain: u64,
+    pub clip: f64,
+    pub noise: NoiseChoice,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    pub run_id: String,
+    pub tau: f64,
+    pub noise_multiplier: f64,
+    pub releases: u64,
+    pub run_epsilon: f64,
+    pub epsilon_committed: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Closed {
+    pub releases: u64,
+    pub run_epsilon: f64,
+    pub epsilon_committed: f64,
+}
+
+/// One party's answer to one step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Answer {
+    pub value: f64,
+    pub noise_variance: f64,
+}
+
+/// What went wrong with one call to one party.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct CallError {
+    pub kind: CallErrorKind,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallErrorKind {
+    /// The party's budget (or the run's plan) has no room.
+    Budget,
+    /// The party refused the request as malformed or out of order.
+    Refused,
+    /// The party could not be reached (retrying the same step is safe).
+    Unavailable,
+    Other,
+}
+
+impl std::fmt::Display for CallErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CallErrorKind::Budget => "budget",
+            CallErrorKind::Refused => "refused",
+            CallErrorKind::Unavailable => "unavailable",
+            CallErrorKind::Other => "error",
+        })
+    }
+}
+
+/// A failure attributed to a named party.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("party {party}: {error}")]
+pub struct FederationError {
+    pub party: String,
+    pub error: CallError,
+}
+
+/// One party, however it is reached.
+pub trait PartyHandle: Send + Sync + 'static {
+    fn describe(&self) -> impl Future<Output = Result<PartyInfo, CallError>> + Send;
+    fn open_run(
+        &self,
+        plan: &RunPlan,
+        fingerprint: &str,
+    ) -> impl Future<Output = Result<Grant, CallError>> + Send;
+    fn log_lik_ratio(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        theta: &[f64],
+        theta_prop: &[f64],
+    ) -> impl Future<Output = Result<Answer, CallError>> + Send;
+    fn close_run(&self, run_id: &str) -> impl Future<Output = Result<Closed, CallError>> + Send;
+}
+
+/// All parties, addressed together.
+pub struct Federation<P> {
+    parties: Vec<(String, P)>,
+    /// Run id on each party, in party order, while a run is open.
+    runs: RwLock<Arc<Vec<String>>>,
+}
+
+fn at(party: &str) -> impl Fn(CallError) -> FederationError + '_ {
+    move |error| FederationError {
+        party: party.to_string(),
+        error,
+    }
+}
+
+impl<P: PartyHandle> Federation<P> {
+    /// `parties` are (name, handle); names label errors and outputs.
+    pub fn new(parties: Vec<(String, P)>) -> Self {
+        Federation {
+            parties,
+            runs: RwLock::new(Arc::new(Vec::new())),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.parties.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parties.is_empty()
+    }
+
+    pub async fn describe(&self) -> Result<Vec<PartyInfo>, FederationError> {
+        try_join_all(
+            self.parties
+                .iter()
+                .map(|(name, p)| async move { p.describe().await.map_err(at(name)) }),
+        )
+        .await
+    }
+
+    /// Opens the run on every party. If any party refuses, the grants already given are
+    /// closed again (their reservations released) and the refusal is returned.
+    pub async fn open(&self, plan: &RunPlan, fingerprint: &str) -> Result<Vec<Grant>, FederationError> {
+        let results = join_all(
+            self.parties
+                .iter()
+                .map(|(_, p)| p.open_run(plan, fingerprint)),
+        )
+        .await;
+        if let Some(i) = results.iter().position(|r| r.is_err()) {
+            for ((_, p), r) in self.parties.iter().zip(&results) {
+                if let Ok(g) = r {
+                    let _ = p.close_run(&g.run_id).await;
+                }
+            }
+            let error = results.into_iter().nth(i).unwrap().unwrap_err();
+            return Err(at(&self.parties[i].0)(error));
+        }
+        let grants: Vec<Grant> = results.into_iter().map(Result::unwrap).collect();
+        *self.runs.write().expect("runs lock") =
+            Arc::new(grants.iter().map(|g| g.run_id.clone()).collect());
+        Ok(grants)
+    }
+
+    /// Σᵢ d̂ᵢ and Σᵢ σᵢ² for one step of one chain (seed 004 Alg. 2).
+    pub async fn log_lik_ratio(
+        &self,
+        chain: u32,
+        step: u64,
+        theta: &[f64],
+        theta_prop: &[f64],
+    ) -> Result<Answer, FederationError> {
+        let runs = Arc::clone(&self.runs.read().expect("runs lock"));
+        let answers = try_join_all(self.parties.iter().zip(runs.iter()).map(|((name, p), run)| async move {
+            p.log_lik_ratio(run, chain, step, theta, theta_prop)
+                .await
+                .map_err(at(name))
+        }))
+        .await?;
+        Ok(answers.iter().fold(
+            Answer {
+                value: 0.0,
+                noise_variance: 0.0,
+            },
+            |acc, a| Answer {
+                value: acc.value + a.value,
+                noise_variance: acc.noise_variance + a.noise_variance,
+            },
+        ))
+    }
+
+    /// Closes the open run on every party; returns each party's final charge.
+    pub async fn close(&self) -> Result<Vec<Closed>, FederationError> {
+        let runs = std::mem::take(&mut *self.runs.write().expect("runs lock"));
+        try_join_all(self.parties.iter().zip(runs.iter()).map(|((name, p), run)| async move {
+            p.close_run(run).await.map_err(at(name))
+        }))
+        .await
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.parties.iter().map(|(n, _)| n.as_str())
+    }
+}

@@ -1,0 +1,17 @@
+//! The analyst's side of the federation.
+//!
+//! - `federation`: the parties as one summed contribution (in-process or over gRPC).
+//! - `sampler`: DP-penalty chains; the acceptance test itself is `fedmcmc_common::acceptance`.
+//! - `planning`: iterations from τ (seed 003 Alg. 2) or τ from iterations.
+//! - `job`: check, plan, open, sample, close; shared by `simulate` and `run`.
+//! - `simulate`, `remote`: the two ways to launch a job; `output`, `progress`: what it shows.
+//! - `privacy_cli`: `coordinator privacy …`, the accountants on the command line.
+pub mod federation;
+pub mod job;
+pub mod output;
+pub mod planning;
+pub mod privacy_cli;
+pub mod progress;
+pub mod remote;
+pub mod sampler;
+pub mod simulate;

@@ -1,0 +1,103 @@
+//! The analyst's command line.
+//!
+//! - `privacy …` prints one JSON object on stdout.
+//! - `simulate` runs a whole federation on this machine (the main job).
+//! - `run --config run.toml` samples against parties running elsewhere.
+//!
+//! On bad input every subcommand prints one sentence on stderr and exits non-zero.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use fedmcmc_coordinator::{privacy_cli, remote, simulate};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "coordinator",
+    version,
+    about = "Federated differentially private MCMC: the analyst's side."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Privacy accounting of a party's Gaussian releases (ε, δ, iteration budgets, noise).
+    Privacy(privacy_cli::PrivacyArgs),
+    /// Simulate a federation on this machine: generate data, split it among party nodes
+    /// served on loopback ports, and sample over gRPC.
+    Simulate(simulate::SimulateArgs),
+    /// Sample against running parties listed in a run config.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+        /// Output directory (overrides `out` in the config).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version go to stdout as usual.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("{}", one_sentence(&e.to_string()));
+            return ExitCode::from(2);
+        }
+    };
+    let output = match cli.command {
+        Command::Privacy(args) => privacy_cli::run(&args).map(|json| json.to_string()),
+        Command::Simulate(args) => {
+            init_logging();
+            simulate::Simulation::from_args(args)
+                .and_then(|sim| runtime().block_on(simulate::simulate(sim)))
+        }
+        Command::Run { config, out } => {
+            init_logging();
+            remote::RunConfig::load(&config)
+                .and_then(|c| runtime().block_on(remote::run(c, out)))
+        }
+    };
+    match output {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Log lines on stderr (progress, grants); `RUST_LOG` overrides the level.
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Clap's message up to its first blank line (dropping the usage block), on one line.
+fn one_sentence(message: &str) -> String {
+    message
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,119 @@
+//! Privacy planning: how many iterations a run may take, or how much noise it needs.
+//!
+//! Either τ is given and the iterations are the most that fit every party's remaining budget
+//! (seed 003 Alg. 2, here in closed form: every release is Gaussian, so k releases at
+//! multiplier s cost k/(2s²) of the party's μ, Thm 3.2), or the iterations are given and
+//! each party calibrates its own τ. Giving both is checked: a plan that does not fit is an
+//! error naming the party and what does fit.
+use fedmcmc_common::accountant;
+
+use crate::federation::{NoiseChoice, PartyInfo};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Planned {
+    pub iterations: u64,
+    pub noise: NoiseChoice,
+}
+
+/// Most releases a party can still make at `tau` (its multiplier is τ·√nᵢ).
+pub fn releases_that_fit(party: &PartyInfo, tau: f64) -> u64 {
+    let per_release = accountant::mu_per_release(tau * (party.rows as f64).sqrt());
+    (party.mu_remaining / per_release).floor() as u64
+}
+
+/// Chooses iterations per chain and the noise, or says why nothing fits.
+pub fn plan(
+    parties: &[PartyInfo],
+    chains: u32,
+    tau: Option<f64>,
+    iterations: Option<u64>,
+) -> Result<Planned, String> {
+    if let Some(t) = tau
+        && !(t.is_finite() && t > 0.0)
+    {
+        return Err(format!("tau must be a positive number, got {t}"));
+    }
+    match (tau, iterations) {
+        (None, None) => Err("give --tau, --iterations, or both".into()),
+        (None, Some(iterations)) => Ok(Planned {
+            iterations,
+            noise: NoiseChoice::Calibrate,
+        }),
+        (Some(tau), given) => {
+            let (limiting, fit) = parties
+                .iter()
+                .map(|p| (p, releases_that_fit(p, tau) / u64::from(chains)))
+                .min_by_key(|&(_, k)| k)
+                .ok_or("the federation has no parties")?;
+            let budget_sentence = |what: String| {
+                format!(
+                    "{what} does not fit the privacy budget of party {} (ε = {}, δ = {:e}, ε = {:.4} already committed): at τ = {tau} at most {fit} iterations per chain fit with {chains} chains",
+                    limiting.name, limiting.epsilon, limiting.delta, limiting.epsilon_committed
+                )
+            };
+            match given {
+                Some(iterations) if iterations > fit => Err(budget_sentence(format!(
+                    "{iterations} iterations per chain"
+                ))),
+                Some(iterations) => Ok(Planned {
+                    iterations,
+                    noise: NoiseChoice::Tau(tau),
+                }),
+                None if fit < 2 => Err(budget_sentence("even a two-step chain".into())),
+                None => Ok(Planned {
+                    iterations: fit,
+                    noise: NoiseChoice::Tau(tau),
+                }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fedmcmc_common::accountant::{Accountant, max_mu, max_releases};
+
+    use super::*;
+
+    fn party(name: &str, rows: u64, epsilon: f64, delta: f64) -> PartyInfo {
+        PartyInfo {
+            name: name.into(),
+            model: "banana".into(),
+            model_fingerprint: "f".into(),
+            dim: 2,
+            rows,
+            epsilon,
+            delta,
+            epsilon_committed: 0.0,
+            mu_remaining: max_mu(epsilon, delta).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_fresh_party_allows_what_algorithm_2_allows() {
+        // Thesis flat banana, one party: τ = 0.1, n = 100 000, δ = 0.1/n.
+        for epsilon in [1.0, 2.0, 4.0, 6.0] {
+            let p = party("a", 100_000, epsilon, 1e-6);
+            let s = 0.1 * (100_000f64).sqrt();
+            let alg2 = max_releases(Accountant::Analytic, s, epsilon, 1e-6).unwrap();
+            let ours = releases_that_fit(&p, 0.1);
+            assert!(ours.abs_diff(alg2) <= 1, "ε = {epsilon}: {ours} vs Alg. 2 {alg2}");
+        }
+    }
+
+    #[test]
+    fn the_smallest_party_limits_the_run_and_overdrawn_plans_name_the_budget() {
+        let parties = [party("big", 90_000, 4.0, 1e-6), party("small", 10_000, 4.0, 1e-6)];
+        let planned = plan(&parties, 2, Some(0.1), None).unwrap();
+        assert_eq!(planned.iterations, releases_that_fit(&parties[1], 0.1) / 2);
+        let err = plan(&parties, 2, Some(0.1), Some(planned.iterations + 1)).unwrap_err();
+        assert!(err.contains("budget") && err.contains("small"), "{err}");
+        assert!(plan(&parties, 2, Some(0.1), Some(planned.iterations)).is_ok());
+        assert_eq!(
+            plan(&parties, 2, None, Some(10)).unwrap().noise,
+            NoiseChoice::Calibrate
+        );
+        assert!(plan(&parties, 2, None, None).is_err());
+        assert!(plan(&parties, 2, Some(-1.0), None).is_err());
+    }
+}

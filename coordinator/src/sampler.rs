@@ -1,0 +1,227 @@
+//! DP-penalty chains over a federation (seed 004 Alg. 2; seed 003 Sec. 3.1-3.2).
+//!
+//! Each chain proposes θ′ by a Gaussian random walk, asks the federation for Σᵢ d̂ᵢ and
+//! Σᵢ σᵢ², and runs the penalty test of `fedmcmc_common::acceptance`. Chains run
+//! concurrently as tasks; during warm-up each adapts its walk from its own acceptance
+//! decisions, then freezes it.
+use std::sync::Arc;
+
+use fedmcmc_common::acceptance::{self, PenaltyTerms};
+use fedmcmc_common::models::Model;
+use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::federation::{Federation, FederationError, PartyHandle};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    pub chains: u32,
+    /// Steps per chain, warm-up included; each step is one release per party.
+    pub iterations: u64,
+    /// Leading steps that adapt the walk and are not reported as draws.
+    pub warmup: u64,
+    /// Initial random-walk standard deviation.
+    pub proposal_sd: f64,
+    /// Adapt the walk during warm-up.
+    pub adapt: bool,
+    /// Acceptance rate the adaptation aims for.
+    pub target_accept: f64,
+    /// Base seed; chain c uses [`chain_seed`]`(seed, c)`.
+    pub seed: u64,
+    /// Apply the −½Σσᵢ² penalty. Always true in real runs; tests turn it off to show that
+    /// the uncorrected chain is wrong.
+    pub penalise: bool,
+}
+
+/// The seed of chain `chain`: distinct streams from one recorded base seed (SplitMix64).
+pub fn chain_seed(seed: u64, chain: u32) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(u64::from(chain) + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Everything one chain produced, warm-up included (`warmup` says where draws begin).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainTrace {
+    pub chain: u32,
+    pub seed: u64,
+    pub dim: usize,
+    pub warmup: u64,
+    /// θ after each step, row-major (steps × dim).
+    pub theta: Vec<f64>,
+    pub accept_stat: Vec<f64>,
+    pub accepted: Vec<bool>,
+    /// Σᵢ σᵢ² at each step.
+    pub noise_variance: Vec<f64>,
+    /// Random-walk scale at each step (constant after warm-up).
+    pub scale: Vec<f64>,
+}
+
+impl ChainTrace {
+    pub fn steps(&self) -> usize {
+        self.accepted.len()
+    }
+
+    /// θ after step `i`.
+    pub fn draw(&self, i: usize) -> &[f64] {
+        &self.theta[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// Post-warm-up draws of parameter `j`.
+    pub fn parameter(&self, j: usize) -> Vec<f64> {
+        (self.warmup as usize..self.steps())
+            .map(|i| self.theta[i * self.dim + j])
+            .collect()
+    }
+
+    /// Post-warm-up acceptance rate.
+    pub fn acceptance_rate(&self) -> f64 {
+        let kept = &self.accepted[self.warmup as usize..];
+        if kept.is_empty() {
+            return f64::NAN;
+        }
+        kept.iter().filter(|&&a| a).count() as f64 / kept.len() as f64
+    }
+}
+
+/// Called after every step of every chain (progress display).
+pub trait Progress: Send + Sync {
+    fn step(&self, chain: u32, step: u64);
+}
+
+/// No progress display.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn step(&self, _: u32, _: u64) {}
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error("chain {chain} stopped at step {step}: {source}")]
+    Federation {
+        chain: u32,
+        step: u64,
+        source: FederationError,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Runs one chain from `init`.
+async fn run_chain<P: PartyHandle>(
+    federation: Arc<Federation<P>>,
+    model: Arc<dyn Model>,
+    config: SamplerConfig,
+    chain: u32,
+    init: Vec<f64>,
+    progress: Arc<dyn Progress>,
+) -> Result<ChainTrace, SampleError> {
+    let dim = init.len();
+    let seed = chain_seed(config.seed, chain);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let steps = config.iterations as usize;
+    let mut trace = ChainTrace {
+        chain,
+        seed,
+        dim,
+        warmup: config.warmup,
+        theta: Vec::with_capacity(steps * dim),
+        accept_stat: Vec::with_capacity(steps),
+        accepted: Vec::with_capacity(steps),
+        noise_variance: Vec::with_capacity(steps),
+        scale: Vec::with_capacity(steps),
+    };
+    let mut adaptation = ScaleAdaptation::new(config.proposal_sd, config.target_accept);
+    let mut walk = RandomWalk {
+        scale: config.proposal_sd,
+    };
+    let mut theta = init;
+    let mut log_prior = model.log_prior(&theta);
+    let mut prop = vec![0.0; dim];
+    for step in 0..config.iterations {
+        walk.propose(&theta, &mut prop, &mut rng);
+        let log_prior_prop = model.log_prior(&prop);
+        let answer = federation
+            .log_lik_ratio(chain, step, &theta, &prop)
+            .await
+            .map_err(|source| SampleError::Federation { chain, step, source })?;
+        let log_ratio = PenaltyTerms {
+            noisy_log_lik_ratio: answer.value,
+            noise_variance: answer.noise_variance,
+            log_prior_ratio: log_prior_prop - log_prior,
+            log_proposal_ratio: 0.0,
+        }
+        .log_ratio(config.penalise);
+        let ln_u = rng.random::<f64>().ln();
+        let accepted = acceptance::accept(ln_u, log_ratio);
+        if accepted {
+            theta.copy_from_slice(&prop);
+            log_prior = log_prior_prop;
+        }
+        if config.adapt && step < config.warmup {
+            walk.scale = adaptation.update(accepted);
+        }
+        trace.theta.extend_from_slice(&theta);
+        trace.accept_stat.push(acceptance::accept_stat(log_ratio));
+        trace.accepted.push(accepted);
+        trace.noise_variance.push(answer.noise_variance);
+        trace.scale.push(walk.scale);
+        progress.step(chain, step);
+    }
+    Ok(trace)
+}
+
+/// Runs `config.chains` chains concurrently, chain c from `inits[c]`. The federation's run
+/// must already be open with at least `chains × iterations` releases per party.
+pub async fn sample<P: PartyHandle>(
+    federation: Arc<Federation<P>>,
+    model: Arc<dyn Model>,
+    config: &SamplerConfig,
+    inits: Vec<Vec<f64>>,
+    progress: Arc<dyn Progress>,
+) -> Result<Vec<ChainTrace>, SampleError> {
+    if inits.len() != config.chains as usize {
+        return Err(SampleError::Config(format!(
+            "{} initial points for {} chains",
+            inits.len(),
+            config.chains
+        )));
+    }
+    if config.warmup >= config.iterations {
+        return Err(SampleError::Config(format!(
+            "warm-up ({}) must be shorter than the chain ({} iterations)",
+            config.warmup, config.iterations
+        )));
+    }
+    if let Some(bad) = inits
+        .iter()
+        .find(|i| i.len() != model.dim() || i.iter().any(|v| !v.is_finite()))
+    {
+        return Err(SampleError::Config(format!(
+            "initial point {bad:?} is not a finite vector of dimension {}",
+            model.dim()
+        )));
+    }
+    let tasks: Vec<_> = inits
+        .into_iter()
+        .enumerate()
+        .map(|(c, init)| {
+            tokio::spawn(run_chain(
+                Arc::clone(&federation),
+                Arc::clone(&model),
+                config.clone(),
+                c as u32,
+                init,
+                Arc::clone(&progress),
+            ))
+        })
+        .collect();
+    let mut traces = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        traces.push(task.await.expect("chain task panicked")?);
+    }
+    Ok(traces)
+}

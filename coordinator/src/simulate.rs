@@ -1,0 +1,410 @@
+//! `coordinator simulate`: a whole federation on one machine. Generates a data set from the
+//! model, splits it among N parties, gives each its own directory under `OUT/parties/`
+//! (SQLite rows, token, `party.toml`, ledger), serves each on a loopback port exactly as
+//! `party serve` would, and samples over real gRPC.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use fedmcmc_common::diagnostics;
+use fedmcmc_common::models::{ExactPosterior, ModelSpec};
+use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use crate::federation::Federation;
+use crate::federation::grpc::GrpcParty;
+use crate::job::{self, Inits, JobSettings};
+use crate::output::{self, summary::ExactReference};
+
+/// Model presets selectable by name (seed 003 Table 5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// Flat banana: a = 20, σ1² = 20, σ2² = 2.5, σ0² = 1000, θ = (0, 3, 0, …).
+    Banana,
+    /// The flat banana tempered with T = 1000/n.
+    TemperedBanana,
+    /// Gaussian with identity likelihood covariance, σ0² = 1000, θ = (0, 3, 0, …).
+    Gaussian,
+}
+
+impl Preset {
+    fn spec(self, dim: usize, rows: usize) -> ModelSpec {
+        match self {
+            Preset::Banana => ModelSpec::flat_banana(dim),
+            Preset::TemperedBanana => ModelSpec::tempered_banana(dim, rows),
+            Preset::Gaussian => {
+                let cov = (0..dim)
+                    .map(|i| (0..dim).map(|j| f64::from(u8::from(i == j))).collect())
+                    .collect();
+                ModelSpec::gaussian(cov, 1000.0)
+            }
+        }
+    }
+}
+
+/// Flags; each may also come from `--config FILE` (a flag given on the command line wins).
+#[derive(Args, Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulateArgs {
+    /// TOML file with any of these settings (keys as the flags, with `_` for `-`); a `[model]`
+    /// table may give a full model specification instead of a preset.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Model preset [default: banana].
+    #[arg(long, value_enum)]
+    pub model: Option<Preset>,
+    /// Dimension of θ [default: 2].
+    #[arg(long)]
+    pub dim: Option<usize>,
+    /// Rows in all, split evenly among the parties [default: 100000].
+    #[arg(long)]
+    pub rows: Option<usize>,
+    /// Number of parties [default: 3].
+    #[arg(long)]
+    pub parties: Option<usize>,
+    /// Each party's ε [default: 6].
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// Each party's δ [default: 0.1 / rows].
+    #[arg(long)]
+    pub delta: Option<f64>,
+    /// Noise parameter τ (multiplier τ·√nᵢ per party). Without --iterations, the chains run
+    /// as long as the budget allows [default: 0.1 unless --iterations is given].
+    #[arg(long)]
+    pub tau: Option<f64>,
+    /// Iterations per chain, warm-up included. Without --tau, each party calibrates τ.
+    #[arg(long)]
+    pub iterations: Option<u64>,
+    /// Warm-up iterations per chain [default: half of the iterations].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Number of chains [default: 4].
+    #[arg(long)]
+    pub chains: Option<u32>,
+    /// Per-row clip: |ℓ(x|θ′) − ℓ(x|θ)| ≤ clip·‖θ′ − θ‖ [default: 2].
+    #[arg(long)]
+    pub clip: Option<f64>,
+    /// Initial random-walk sd [default: 0.008].
+    #[arg(long)]
+    pub proposal_sd: Option<f64>,
+    /// Keep the random-walk sd fixed instead of adapting it during warm-up.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub no_adapt: Option<bool>,
+    /// Seed for data, initial points, chains and the exact reference [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Initial point for every chain, comma-separated (default: the thesis protocol).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub init: Option<Vec<f64>>,
+    /// Output directory [default: out/sim-<unix time>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A full model specification (config file only).
+    #[arg(skip)]
+    #[serde(rename = "model_spec")]
+    pub model_spec: Option<ModelSpec>,
+}
+
+/// `--flag` values override the config file's.
+fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
+    SimulateArgs {
+        config: flags.config,
+        model: flags.model.or(file.model),
+        dim: flags.dim.or(file.dim),
+        rows: flags.rows.or(file.rows),
+        parties: flags.parties.or(file.parties),
+        epsilon: flags.epsilon.or(file.epsilon),
+        delta: flags.delta.or(file.delta),
+        tau: flags.tau.or(file.tau),
+        iterations: flags.iterations.or(file.iterations),
+        warmup: flags.warmup.or(file.warmup),
+        chains: flags.chains.or(file.chains),
+        clip: flags.clip.or(file.clip),
+        proposal_sd: flags.proposal_sd.or(file.proposal_sd),
+        no_adapt: flags.no_adapt.or(file.no_adapt),
+        seed: flags.seed.or(file.seed),
+        init: flags.init.or(file.init),
+        out: flags.out.or(file.out),
+        model_spec: file.model_spec,
+    }
+}
+
+/// The settings with every default filled in.
+#[derive(Clone, Debug)]
+pub struct Simulation {
+    pub spec: ModelSpec,
+    pub rows: usize,
+    pub parties: usize,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub job: JobSettings,
+    pub init: Option<Vec<f64>>,
+    pub out: PathBuf,
+}
+
+impl Simulation {
+    pub fn from_args(args: SimulateArgs) -> anyhow::Result<Self> {
+        let args = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                let file: SimulateArgs = toml::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("{} is not a valid simulation config: {e}", path.display()))?;
+                merge(args, file)
+            }
+            None => args,
+        };
+        let rows = args.rows.unwrap_or(100_000);
+        let parties = args.parties.unwrap_or(3);
+        if parties == 0 || rows < parties {
+            anyhow::bail!("need at least one party and one row per party ({rows} rows, {parties} parties)");
+        }
+        let dim = args.dim.unwrap_or(2);
+        let spec = match (args.model, args.model_spec) {
+            (None, Some(spec)) => spec,
+            (preset, _) => preset.unwrap_or(Preset::Banana).spec(dim, rows),
+        };
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let iterations = args.iterations;
+        Ok(Simulation {
+            spec,
+            rows,
+            parties,
+            epsilon: args.epsilon.unwrap_or(6.0),
+            delta: args.delta.unwrap_or(0.1 / rows as f64),
+            job: JobSettings {
+                chains: args.chains.unwrap_or(4),
+                iterations,
+                tau: args.tau.or(if iterations.is_none() { Some(0.1) } else { None }),
+                warmup: args.warmup,
+                clip: args.clip.unwrap_or(2.0),
+                proposal_sd: args.proposal_sd.unwrap_or(0.008),
+                adapt: !args.no_adapt.unwrap_or(false),
+                target_accept: 0.25,
+                seed: args.seed.unwrap_or(1),
+            },
+            init: args.init,
+            out: args.out.unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
+        })
+    }
+}
+
+/// Independent random streams from the one recorded seed.
+fn stream(seed: u64, purpose: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(purpose);
+    rng
+}
+
+const DATA_STREAM: u64 = 1;
+const INIT_STREAM: u64 = 2;
+const EXACT_STREAM: u64 = 3;
+const MMD_STREAM: u64 = 4;
+
+/// Draws from the exact posterior used as the MMD reference (seed 003 Sec. 5.3).
+const EXACT_REFERENCE_DRAWS: usize = 1000;
+/// Most pooled chain draws compared by MMD (evenly thinned beyond that).
+const MMD_MAX_DRAWS: usize = 2000;
+
+/// A party served in this process on a loopback port.
+struct ServedParty {
+    address: String,
+    token: String,
+    name: String,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Writes one party's directory: rows, token, config (relative paths, so it can be served
+/// later with `party serve --config DIR/party.toml`).
+fn write_party_dir(
+    dir: &Path,
+    name: &str,
+    index: usize,
+    rows: &fedmcmc_common::data::Columns,
+    sim: &Simulation,
+    token: &str,
+) -> anyhow::Result<PartyConfig> {
+    std::fs::create_dir_all(dir)?;
+    fedmcmc_party::store::write_sqlite(&dir.join("rows.sqlite"), "rows", rows)?;
+    std::fs::write(dir.join("token"), format!("{token}\n"))?;
+    let config = PartyConfig {
+        name: name.to_string(),
+        listen: format!("127.0.0.1:{}", 50051 + index).parse()?,
+        ledger: "ledger.sqlite".into(),
+        auth_token_file: "token".into(),
+        neighbours: Neighbours::Substitute,
+        budget: BudgetConfig {
+            epsilon: sim.epsilon,
+            delta: sim.delta,
+        },
+        data: DataConfig {
+            format: DataFormat::Sqlite,
+            path: "rows.sqlite".into(),
+            table: "rows".into(),
+        },
+        model: sim.spec.clone(),
+    };
+    config
+        .validate()
+        .map_err(|m| anyhow::anyhow!("party {name}: {m}"))?;
+    let path = dir.join("party.toml");
+    std::fs::write(&path, toml::to_string(&config)?)?;
+    // Read back as `party serve` would, so the simulation exercises the real loading path.
+    Ok(PartyConfig::load(&path)?)
+}
+
+async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
+    let opened = fedmcmc_party::open(config)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = format!("http://{}", listener.local_addr()?);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let token = opened.token.clone();
+    let task = tokio::spawn(async move {
+        fedmcmc_party::service::serve(opened.node, &opened.token, listener, async {
+            let _ = stopped.await;
+        })
+        .await
+        .map_err(anyhow::Error::from)
+    });
+    Ok(ServedParty {
+        address,
+        token,
+        name: config.name.clone(),
+        stop,
+        task,
+    })
+}
+
+/// A random token for a simulated party (never leaves the output directory).
+fn new_token() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 24];
+    rand::TryRng::try_fill_bytes(&mut rand::rngs::SysRng, &mut bytes)
+        .map_err(|e| anyhow::anyhow!("the OS random source failed: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Thesis protocol for simulations (thesis-settings.md): true θ plus N(0, 1)·(mean posterior
+/// sd) per coordinate, independently per chain. A real analyst does not know θ.
+fn thesis_inits(
+    truth: &[f64],
+    exact: &dyn ExactPosterior,
+    chains: u32,
+    rng: &mut ChaCha8Rng,
+) -> Vec<Vec<f64>> {
+    let sd = exact.sd();
+    let mean_sd = sd.iter().sum::<f64>() / sd.len() as f64;
+    (0..chains)
+        .map(|_| {
+            truth
+                .iter()
+                .map(|t| {
+                    let z: f64 = StandardNormal.sample(rng);
+                    t + z * mean_sd
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Pooled post-warm-up draws, thinned evenly to at most `max`.
+fn pooled_draws(job: &job::JobResult, max: usize) -> Vec<Vec<f64>> {
+    let all: Vec<Vec<f64>> = job
+        .traces
+        .iter()
+        .flat_map(|t| (t.warmup as usize..t.steps()).map(move |i| t.draw(i).to_vec()))
+        .collect();
+    let stride = all.len().div_ceil(max).max(1);
+    all.into_iter().step_by(stride).collect()
+}
+
+/// Runs the whole simulation and returns the printed table.
+pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
+    let model = sim.spec.build()?;
+    let truth = sim.spec.true_theta();
+    let out = &sim.out;
+    if out.join("parties").exists() {
+        anyhow::bail!(
+            "{} already holds a simulation; choose another --out",
+            out.display()
+        );
+    }
+    let data = model.simulate(&truth, sim.rows, &mut stream(sim.job.seed, DATA_STREAM));
+    let exact = model
+        .exact_posterior(&data)
+        .ok_or_else(|| anyhow::anyhow!("the {} model has no exact posterior", model.name()))?;
+
+    let mut served = Vec::with_capacity(sim.parties);
+    for (i, rows) in data.split(sim.parties).iter().enumerate() {
+        let name = format!("party-{}", i + 1);
+        let dir = out.join("parties").join(&name);
+        let config = write_party_dir(&dir, &name, i, rows, &sim, &new_token()?)?;
+        served.push(serve_party(&config).await?);
+    }
+    let mut handles = Vec::with_capacity(served.len());
+    for p in &served {
+        handles.push((p.name.clone(), GrpcParty::connect(&p.address, &p.token).await?));
+    }
+    let federation = Arc::new(Federation::new(handles));
+
+    let inits = match &sim.init {
+        Some(point) => Inits {
+            points: vec![point.clone(); sim.job.chains as usize],
+            label: format!("given: {point:?}"),
+        },
+        None => Inits {
+            points: thesis_inits(&truth, exact.as_ref(), sim.job.chains, &mut stream(sim.job.seed, INIT_STREAM)),
+            label: "thesis protocol for simulations: true θ + N(0, 1)·(mean exact posterior sd) per chain (uses the known truth)".into(),
+        },
+    };
+    let result = job::run(
+        Arc::clone(&federation),
+        Arc::clone(&model),
+        &sim.job,
+        inits,
+        crate::progress::for_terminal,
+    )
+    .await;
+
+    for p in served {
+        let _ = p.stop.send(());
+        p.task.await??;
+    }
+    let result = result?;
+
+    let mut exact_rng = stream(sim.job.seed, EXACT_STREAM);
+    let reference: Vec<Vec<f64>> = (0..EXACT_REFERENCE_DRAWS).map(|_| exact.sample(&mut exact_rng)).collect();
+    let draws = pooled_draws(&result, MMD_MAX_DRAWS);
+    let independent: Vec<Vec<f64>> = (0..draws.len()).map(|_| exact.sample(&mut exact_rng)).collect();
+    let mut mmd_rng = stream(sim.job.seed, MMD_STREAM);
+    let reference = ExactReference {
+        mean: exact.mean(),
+        sd: exact.sd(),
+        mmd_to_exact: diagnostics::mmd(&draws, &reference, &mut mmd_rng)?,
+        mmd_baseline: diagnostics::mmd(&independent, &reference, &mut mmd_rng)?,
+    };
+
+    let mut comments = vec![
+        ("method".to_string(), "DP penalty, federated (seed 004 Alg. 2)".to_string()),
+        ("model".to_string(), serde_json::to_string(&sim.spec)?),
+        ("rows".to_string(), sim.rows.to_string()),
+        ("parties".to_string(), sim.parties.to_string()),
+        ("epsilon".to_string(), sim.epsilon.to_string()),
+        ("delta".to_string(), sim.delta.to_string()),
+        ("seed".to_string(), sim.job.seed.to_string()),
+        ("data_seed_stream".to_string(), DATA_STREAM.to_string()),
+        ("init".to_string(), result.inits.label.clone()),
+    ];
+    comments.extend(output::job_comments(&result));
+    let summary = output::write_all(out, model.name(), &result, &comments, Some(&reference))?;
+    Ok(output::summary::table(&summary))
+}
