@@ -232,6 +232,8 @@ pub fn service(
 }
 
 /// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown).
+/// Accepted sockets get TCP_NODELAY: with several chains' requests in flight on one
+/// connection, Nagle's algorithm would hold small responses back for delayed ACKs.
 pub async fn serve(
     node: Arc<PartyNode>,
     token: &str,
@@ -239,10 +241,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(service(node, token))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
         .await

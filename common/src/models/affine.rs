@@ -18,6 +18,24 @@ const LANES: usize = 8;
 pub fn clipped_affine_sum(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
     assert_eq!(w.len(), cols.d(), "one weight per column");
     assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has just been checked for every feature the function enables.
+        return unsafe { kernel_avx2(cols, w, c, bound) };
+    }
+    kernel(cols, w, c, bound)
+}
+
+/// The same kernel compiled for AVX2/FMA, chosen at run time: a portable build keeps its
+/// baseline target and still gets the wide loop where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
+    kernel(cols, w, c, bound)
+}
+
+#[inline(always)]
+fn kernel(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
     let n = cols.n();
     let active: Vec<(&[f64], f64)> = (0..cols.d())
         .filter(|&j| w[j] != 0.0)

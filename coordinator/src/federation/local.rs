@@ -99,27 +99,41 @@ impl PartyHandle for Arc<PartyNode> {
     }
 }
 
-/// A federation of in-process parties over `parts` (one party per part, named
-/// `party-1 …`), each with the same budget and an in-memory ledger. For tests, benchmarks
-/// and one-machine simulations; nothing is served.
-pub fn in_process(
+/// In-process party nodes over `parts` (one per part, named `party-1 …`), each with the
+/// same budget; ledgers in memory, or durable files in `ledger_dir`. For tests, benchmarks
+/// and one-machine simulations.
+pub fn nodes(
     model: &fedmcmc_common::models::ModelSpec,
     parts: Vec<fedmcmc_common::data::Columns>,
     budget: fedmcmc_party::config::BudgetConfig,
-) -> anyhow::Result<super::Federation<Arc<PartyNode>>> {
+    ledger_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<(String, Arc<PartyNode>)>> {
     let budget = fedmcmc_party::budget::Budget::new(budget)?;
     let mut parties = Vec::with_capacity(parts.len());
     for (i, data) in parts.into_iter().enumerate() {
         let name = format!("party-{}", i + 1);
+        let ledger = match ledger_dir {
+            Some(dir) => fedmcmc_party::ledger::Ledger::open(&dir.join(format!("{name}.ledger.sqlite")))?,
+            None => (fedmcmc_party::ledger::Ledger::in_memory()?, Vec::new()),
+        };
         let node = PartyNode::new(
             name.clone(),
             model.build()?,
             data,
             fedmcmc_common::neighbours::Neighbours::Substitute,
             budget,
-            (fedmcmc_party::ledger::Ledger::in_memory()?, Vec::new()),
+            ledger,
         )?;
         parties.push((name, Arc::new(node)));
     }
-    Ok(super::Federation::new(parties))
+    Ok(parties)
+}
+
+/// A federation of in-process parties with in-memory ledgers; nothing is served.
+pub fn in_process(
+    model: &fedmcmc_common::models::ModelSpec,
+    parts: Vec<fedmcmc_common::data::Columns>,
+    budget: fedmcmc_party::config::BudgetConfig,
+) -> anyhow::Result<super::Federation<Arc<PartyNode>>> {
+    Ok(super::Federation::new(nodes(model, parts, budget, None)?))
 }

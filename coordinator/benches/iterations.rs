@@ -1,0 +1,160 @@
+//! Iterations per second of the DP-penalty sampler, in-process and over gRPC loopback, in
+//! one run on one machine (issue 3). The thesis's flat banana d = 2 setting: n = 100 000
+//! rows, τ = 0.1, proposal sd 0.008, clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so
+//! the run is long enough to time; the budget does not change the work per iteration.
+//!
+//! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS]`
+use std::sync::Arc;
+use std::time::Instant;
+
+use fedmcmc_common::models::ModelSpec;
+use fedmcmc_coordinator::federation::grpc::GrpcParty;
+use fedmcmc_coordinator::federation::local::nodes;
+use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle, RunPlan};
+use fedmcmc_coordinator::sampler::{self, Quiet, SamplerConfig};
+use fedmcmc_party::PartyNode;
+use fedmcmc_party::config::BudgetConfig;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::oneshot;
+
+const ROWS: usize = 100_000;
+const PARTIES: usize = 3;
+const TOKEN: &str = "bench-token-0123456789";
+
+struct Setting {
+    spec: ModelSpec,
+    parts: Vec<fedmcmc_common::data::Columns>,
+    budget: BudgetConfig,
+}
+
+fn setting() -> Setting {
+    let spec = ModelSpec::flat_banana(2);
+    let model = spec.build().unwrap();
+    let data = model.simulate(&spec.true_theta(), ROWS, &mut ChaCha8Rng::seed_from_u64(1));
+    Setting {
+        parts: data.split(PARTIES),
+        spec,
+        budget: BudgetConfig {
+            epsilon: 1e6,
+            delta: 0.1 / ROWS as f64,
+        },
+    }
+}
+
+/// Iterations per second per chain, and in all, for `chains` chains of `iterations` steps.
+async fn time_chains<P: PartyHandle>(
+    federation: Arc<Federation<P>>,
+    spec: &ModelSpec,
+    chains: u32,
+    iterations: u64,
+) -> (f64, f64) {
+    let model = spec.build().unwrap();
+    federation
+        .open(
+            &RunPlan {
+                chains,
+                steps_per_chain: iterations,
+                clip: 2.0,
+                noise: NoiseChoice::Tau(0.1),
+            },
+            &model.fingerprint(),
+        )
+        .await
+        .unwrap();
+    let config = SamplerConfig {
+        chains,
+        iterations,
+        warmup: 1,
+        proposal_sd: 0.008,
+        adapt: false,
+        target_accept: 0.25,
+        seed: 7,
+        penalise: true,
+    };
+    let inits = vec![spec.true_theta(); chains as usize];
+    let start = Instant::now();
+    sampler::sample(federation.clone(), model, &config, inits, Arc::new(Quiet))
+        .await
+        .unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    federation.close().await.unwrap();
+    let per_chain = iterations as f64 / seconds;
+    (per_chain, per_chain * f64::from(chains))
+}
+
+/// Serves `parties` on loopback ports and returns gRPC handles plus the means to stop them.
+async fn serve(
+    parties: Vec<(String, Arc<PartyNode>)>,
+) -> (Federation<GrpcParty>, Vec<oneshot::Sender<()>>) {
+    let mut handles = Vec::new();
+    let mut stops = Vec::new();
+    for (name, node) in parties {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            fedmcmc_party::service::serve(node, TOKEN, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        handles.push((name, GrpcParty::connect(&address, TOKEN).await.unwrap()));
+        stops.push(stop);
+    }
+    (Federation::new(handles), stops)
+}
+
+fn main() {
+    let iterations: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = setting();
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "flat banana d=2, n={ROWS} over {PARTIES} parties, tau=0.1, proposal sd 0.008, clip 2; {iterations} iterations per chain"
+    );
+    println!("{:<44} {:>8} {:>14} {:>12}", "federation", "chains", "it/s per chain", "it/s total");
+    rt.block_on(async {
+        let mut rows = Vec::new();
+        for chains in [1u32, 4] {
+            let local = Arc::new(Federation::new(
+                nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+            ));
+            let in_process = time_chains(local, &s.spec, chains, iterations).await;
+            let (grpc, stops) = serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
+            let over_grpc = time_chains(Arc::new(grpc), &s.spec, chains, iterations).await;
+            stops.into_iter().for_each(|s| drop(s.send(())));
+            let ledgers = dir.path().join(format!("durable-{chains}"));
+            std::fs::create_dir_all(&ledgers).unwrap();
+            let (durable, stops) = serve(
+                nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap(),
+            )
+            .await;
+            let durable = time_chains(Arc::new(durable), &s.spec, chains, iterations / 4).await;
+            stops.into_iter().for_each(|s| drop(s.send(())));
+            for (name, (per_chain, total)) in [
+                ("in-process (in-memory ledgers)", in_process),
+                ("gRPC loopback (in-memory ledgers)", over_grpc),
+                ("gRPC loopback (durable fsync'd ledgers)", durable),
+            ] {
+                println!("{name:<44} {chains:>8} {per_chain:>14.0} {total:>12.0}");
+            }
+            rows.push((chains, in_process.0, over_grpc.0, durable.0));
+        }
+        println!();
+        for (chains, local, grpc, durable) in rows {
+            println!(
+                "{chains} chain(s): gRPC / in-process = {:.2}; durable gRPC / in-process = {:.2}",
+                grpc / local,
+                durable / local
+            );
+        }
+    });
+}

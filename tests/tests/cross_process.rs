@@ -1,0 +1,173 @@
+//! The product as a user runs it: separate processes, real gRPC, files on disk.
+use std::path::Path;
+use std::process::Command;
+
+use fedmcmc_system_tests::{PartyProcess, bin};
+
+fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.output().expect("run command");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn simulate(out: &Path, extra: &[&str]) -> (bool, String, String) {
+    run(Command::new(bin("coordinator"))
+        .args(["simulate", "--rows", "6000", "--parties", "3", "--chains", "2", "--seed", "3"])
+        .args(extra)
+        .arg("--out")
+        .arg(out))
+}
+
+/// Rewrites a simulated party's config to listen on any free port.
+fn any_port(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("listen") {
+                "listen = \"127.0.0.1:0\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(config, text).unwrap();
+}
+
+#[test]
+fn simulate_writes_draws_summary_and_party_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let (ok, stdout, stderr) = simulate(&out, &["--iterations", "300", "--epsilon", "50"]);
+    assert!(ok, "simulate failed: {stderr}");
+    assert!(stdout.contains("theta.1") && stdout.contains("party-3"), "{stdout}");
+    for c in 1..=2 {
+        let csv = std::fs::read_to_string(out.join(format!("chain-{c}.csv"))).unwrap();
+        let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(rows[0].starts_with("accept_stat__,") && rows[0].ends_with("theta.1,theta.2"));
+        assert_eq!(rows.len(), 1 + 150, "header plus the post-warm-up draws");
+        assert!(csv.contains("# seed = 3") && csv.contains("# init = thesis protocol"));
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for key in ["name", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"] {
+        assert!(summary["parameters"][0].get(key).is_some(), "parameters lack {key}");
+    }
+    for key in ["acceptance_rate", "iterations"] {
+        assert!(summary["chains"][1].get(key).is_some(), "chains lack {key}");
+    }
+    let parties = summary["parties"].as_array().unwrap();
+    assert_eq!(parties.len(), 3);
+    for p in parties {
+        assert_eq!(p["releases"], 600, "2 chains × 300 iterations, one release each");
+        let spent = p["epsilon_spent"].as_f64().unwrap();
+        assert!(spent > 0.0 && spent <= 50.0 + 1e-9, "calibrated to the budget: {spent}");
+        assert_eq!(p["rows"], 2000);
+    }
+    assert!(summary["mmd_to_exact"].is_number() && summary["mmd_baseline"].is_number());
+    for i in 1..=3 {
+        assert!(out.join(format!("parties/party-{i}/rows.sqlite")).exists());
+        assert!(out.join(format!("parties/party-{i}/ledger.sqlite")).exists());
+    }
+    // The same output directory is not overwritten.
+    let (ok, _, stderr) = simulate(&out, &["--iterations", "10"]);
+    assert!(!ok && stderr.contains("already"), "{stderr}");
+    // Both τ and iterations, more than the budget allows: a clear budget error.
+    let (ok, stdout, stderr) = simulate(
+        &dir.path().join("over"),
+        &["--tau", "0.1", "--iterations", "100000", "--epsilon", "1"],
+    );
+    assert!(!ok && stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("budget"), "{stderr}");
+}
+
+#[test]
+fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    // Make the party directories (and spend a little) with a simulation.
+    let (ok, _, stderr) = simulate(&sim, &["--iterations", "100", "--tau", "0.5", "--epsilon", "20"]);
+    assert!(ok, "{stderr}");
+    let configs: Vec<_> = (1..=3)
+        .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
+        .collect();
+    configs.iter().for_each(|c| any_port(c));
+    let mut parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
+
+    let write_run = |parties: &[PartyProcess], iterations: u64| {
+        let mut toml = String::from(
+            "[model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n\n",
+        );
+        toml += &format!(
+            "[sampler]\nchains = 2\ntau = 0.5\niterations = {iterations}\nclip = 2.0\nproposal_sd = 0.008\nseed = 5\ninit = [0.0, 3.0]\n\n"
+        );
+        for (i, p) in parties.iter().enumerate() {
+            toml += &format!(
+                "[[parties]]\nname = \"party-{}\"\naddress = \"http://{}\"\ntoken_file = \"{}\"\n\n",
+                i + 1,
+                p.addr,
+                sim.join(format!("parties/party-{}/token", i + 1)).display()
+            );
+        }
+        let path = dir.path().join("run.toml");
+        std::fs::write(&path, toml).unwrap();
+        path
+    };
+    let run_config = write_run(&parties, 200);
+    let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
+        .args(["run", "--config"])
+        .arg(&run_config)
+        .arg("--out")
+        .arg(dir.path().join("run-1")));
+    assert!(ok, "run failed: {stderr}");
+    assert!(stdout.contains("theta.2"), "{stdout}");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run-1/summary.json")).unwrap(),
+    )
+    .unwrap();
+    let committed = summary["parties"][0]["epsilon_committed"].as_f64().unwrap();
+    assert_eq!(summary["parties"][0]["releases"], 400);
+    assert!(summary.get("mmd_to_exact").is_none(), "no exact posterior for a real run");
+
+    // Crash party 1 (SIGKILL) and restart it from its files.
+    parties.remove(0).kill();
+    parties.insert(0, PartyProcess::start(&configs[0]));
+    // Whatever it already spent still counts: a plan that needs more than is left is
+    // refused, naming the budget.
+    let run_config = write_run(&parties, 1_000_000);
+    let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
+        .args(["run", "--config"])
+        .arg(&run_config)
+        .arg("--out")
+        .arg(dir.path().join("run-2")));
+    assert!(!ok && stdout.is_empty());
+    assert!(stderr.contains("budget") && stderr.contains("party-1"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{committed:.4}")),
+        "the restarted party reports the ε it had committed ({committed:.4}): {stderr}"
+    );
+}
+
+#[test]
+fn a_party_with_a_bad_row_refuses_to_start_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rows.csv"), "x1,x2\n0.1,3.0\n0.2,oops\n").unwrap();
+    std::fs::write(dir.path().join("token"), "a-token-of-enough-length\n").unwrap();
+    std::fs::write(
+        dir.path().join("party.toml"),
+        "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"ledger.sqlite\"\nauth_token_file = \"token\"\n\
+         [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
+         [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
+         [model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = run(Command::new(bin("party"))
+        .args(["serve", "--config"])
+        .arg(dir.path().join("party.toml")));
+    assert!(!ok);
+    assert!(stderr.contains("rows.csv") && stderr.contains("row 2") && stderr.contains("oops"), "{stderr}");
+}
