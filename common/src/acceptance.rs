@@ -26,7 +26,11 @@ impl PenaltyTerms {
     /// The penalised log acceptance ratio. `penalise = false` drops the −½σ² term; it exists
     /// only so tests can show that the uncorrected chain is detectably wrong.
     pub fn log_ratio(&self, penalise: bool) -> f64 {
-        let penalty = if penalise { 0.5 * self.noise_variance } else { 0.0 };
+        let penalty = if penalise {
+            0.5 * self.noise_variance
+        } else {
+            0.0
+        };
         self.noisy_log_lik_ratio + self.log_prior_ratio + self.log_proposal_ratio - penalty
     }
 }
@@ -39,7 +43,11 @@ pub fn accept(ln_u: f64, log_ratio: f64) -> bool {
 
 /// CmdStan's `accept_stat__`: the acceptance probability min(1, e^ratio).
 pub fn accept_stat(log_ratio: f64) -> f64 {
-    if log_ratio.is_nan() { 0.0 } else { log_ratio.min(0.0).exp() }
+    if log_ratio.is_nan() {
+        0.0
+    } else {
+        log_ratio.min(0.0).exp()
+    }
 }
 
 #[cfg(test)]

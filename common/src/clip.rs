@@ -10,7 +10,11 @@ pub fn row_bound(clip: f64, theta: &[f64], theta_prop: &[f64]) -> f64 {
 /// Euclidean distance ‖a − b‖₂.
 pub fn distance(a: &[f64], b: &[f64]) -> f64 {
     debug_assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt()
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum::<f64>()
+        .sqrt()
 }
 
 /// A clipped sum over rows and how many rows the clip changed. The count is data-dependent

@@ -49,7 +49,10 @@ mod tests {
     fn substitute_doubles_the_clip() {
         assert_eq!(Neighbours::Substitute.clipped_sum_sensitivity(1.5), 3.0);
         assert_eq!(Neighbours::AddRemove.clipped_sum_sensitivity(1.5), 1.5);
-        assert_eq!("add-remove".parse::<Neighbours>(), Ok(Neighbours::AddRemove));
+        assert_eq!(
+            "add-remove".parse::<Neighbours>(),
+            Ok(Neighbours::AddRemove)
+        );
         assert!("swap".parse::<Neighbours>().is_err());
     }
 }

@@ -120,7 +120,10 @@ fn main() {
     println!(
         "flat banana d=2, n={ROWS} over {PARTIES} parties, tau=0.1, proposal sd 0.008, clip 2; {iterations} iterations per chain"
     );
-    println!("{:<44} {:>8} {:>14} {:>12}", "federation", "chains", "it/s per chain", "it/s total");
+    println!(
+        "{:<44} {:>8} {:>14} {:>12}",
+        "federation", "chains", "it/s per chain", "it/s total"
+    );
     rt.block_on(async {
         let mut rows = Vec::new();
         for chains in [1u32, 4] {
@@ -128,17 +131,20 @@ fn main() {
                 nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
             ));
             let in_process = time_chains(local, &s.spec, chains, iterations).await;
-            let (grpc, stops) = serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
+            let (grpc, stops) =
+                serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
             let over_grpc = time_chains(Arc::new(grpc), &s.spec, chains, iterations).await;
-            stops.into_iter().for_each(|s| drop(s.send(())));
+            stops.into_iter().for_each(|s| {
+                let _ = s.send(());
+            });
             let ledgers = dir.path().join(format!("durable-{chains}"));
             std::fs::create_dir_all(&ledgers).unwrap();
-            let (durable, stops) = serve(
-                nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap(),
-            )
-            .await;
+            let (durable, stops) =
+                serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
             let durable = time_chains(Arc::new(durable), &s.spec, chains, iterations / 4).await;
-            stops.into_iter().for_each(|s| drop(s.send(())));
+            stops.into_iter().for_each(|s| {
+                let _ = s.send(());
+            });
             for (name, (per_chain, total)) in [
                 ("in-process (in-memory ledgers)", in_process),
                 ("gRPC loopback (in-memory ledgers)", over_grpc),

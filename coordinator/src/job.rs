@@ -88,9 +88,14 @@ pub async fn run<P: PartyHandle>(
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
     }
     let progress = progress(config.chains, config.iterations);
-    let sampled =
-        sampler::sample(Arc::clone(&federation), model, &config, inits.points.clone(), progress)
-            .await;
+    let sampled = sampler::sample(
+        Arc::clone(&federation),
+        model,
+        &config,
+        inits.points.clone(),
+        progress,
+    )
+    .await;
     // Close even after a failure, so unused reservations go back to the parties.
     let closed = federation.close().await;
     let traces = sampled?;

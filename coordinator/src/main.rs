@@ -28,7 +28,7 @@ enum Command {
     Privacy(privacy_cli::PrivacyArgs),
     /// Simulate a federation on this machine: generate data, split it among party nodes
     /// served on loopback ports, and sample over gRPC.
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Sample against running parties listed in a run config.
     Run {
         #[arg(long)]
@@ -53,13 +53,12 @@ fn main() -> ExitCode {
         Command::Privacy(args) => privacy_cli::run(&args).map(|json| json.to_string()),
         Command::Simulate(args) => {
             init_logging();
-            simulate::Simulation::from_args(args)
+            simulate::Simulation::from_args(*args)
                 .and_then(|sim| runtime().block_on(simulate::simulate(sim)))
         }
         Command::Run { config, out } => {
             init_logging();
-            remote::RunConfig::load(&config)
-                .and_then(|c| runtime().block_on(remote::run(c, out)))
+            remote::RunConfig::load(&config).and_then(|c| runtime().block_on(remote::run(c, out)))
         }
     };
     match output {
@@ -85,8 +84,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

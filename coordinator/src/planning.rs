@@ -97,13 +97,19 @@ mod tests {
             let s = 0.1 * (100_000f64).sqrt();
             let alg2 = max_releases(Accountant::Analytic, s, epsilon, 1e-6).unwrap();
             let ours = releases_that_fit(&p, 0.1);
-            assert!(ours.abs_diff(alg2) <= 1, "ε = {epsilon}: {ours} vs Alg. 2 {alg2}");
+            assert!(
+                ours.abs_diff(alg2) <= 1,
+                "ε = {epsilon}: {ours} vs Alg. 2 {alg2}"
+            );
         }
     }
 
     #[test]
     fn the_smallest_party_limits_the_run_and_overdrawn_plans_name_the_budget() {
-        let parties = [party("big", 90_000, 4.0, 1e-6), party("small", 10_000, 4.0, 1e-6)];
+        let parties = [
+            party("big", 90_000, 4.0, 1e-6),
+            party("small", 10_000, 4.0, 1e-6),
+        ];
         let planned = plan(&parties, 2, Some(0.1), None).unwrap();
         assert_eq!(planned.iterations, releases_that_fit(&parties[1], 0.1) / 2);
         let err = plan(&parties, 2, Some(0.1), Some(planned.iterations + 1)).unwrap_err();

@@ -59,7 +59,12 @@ impl Progress for LogLines {
         let mut last = self.last_decile.lock().expect("progress lock");
         if decile > last[chain as usize] {
             last[chain as usize] = decile;
-            tracing::info!(chain = chain + 1, "{}/{} iterations", step + 1, self.iterations);
+            tracing::info!(
+                chain = chain + 1,
+                "{}/{} iterations",
+                step + 1,
+                self.iterations
+            );
         }
     }
 }

@@ -98,8 +98,13 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>) -> anyhow::Result<Stri
     let model = config.model.build()?;
     let mut handles = Vec::with_capacity(config.parties.len());
     for p in &config.parties {
-        let token = std::fs::read_to_string(&p.token_file)
-            .map_err(|e| anyhow::anyhow!("party {}: cannot read {}: {e}", p.name, p.token_file.display()))?;
+        let token = std::fs::read_to_string(&p.token_file).map_err(|e| {
+            anyhow::anyhow!(
+                "party {}: cannot read {}: {e}",
+                p.name,
+                p.token_file.display()
+            )
+        })?;
         let handle = GrpcParty::connect(&p.address, token.trim())
             .await
             .map_err(|e| anyhow::anyhow!("party {}: {e}", p.name))?;
@@ -130,7 +135,10 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>) -> anyhow::Result<Stri
     )
     .await?;
     let mut comments = vec![
-        ("method".to_string(), "DP penalty, federated (seed 004 Alg. 2)".to_string()),
+        (
+            "method".to_string(),
+            "DP penalty, federated (seed 004 Alg. 2)".to_string(),
+        ),
         ("model".to_string(), serde_json::to_string(&config.model)?),
         ("init".to_string(), result.inits.label.clone()),
     ];

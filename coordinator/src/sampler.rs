@@ -147,7 +147,11 @@ async fn run_chain<P: PartyHandle>(
         let answer = federation
             .log_lik_ratio(chain, step, &theta, &prop)
             .await
-            .map_err(|source| SampleError::Federation { chain, step, source })?;
+            .map_err(|source| SampleError::Federation {
+                chain,
+                step,
+                source,
+            })?;
         let log_ratio = PenaltyTerms {
             noisy_log_lik_ratio: answer.value,
             noise_variance: answer.noise_variance,

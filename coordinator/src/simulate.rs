@@ -155,8 +155,9 @@ impl Simulation {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                let file: SimulateArgs = toml::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("{} is not a valid simulation config: {e}", path.display()))?;
+                let file: SimulateArgs = toml::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!("{} is not a valid simulation config: {e}", path.display())
+                })?;
                 merge(args, file)
             }
             None => args,
@@ -164,7 +165,9 @@ impl Simulation {
         let rows = args.rows.unwrap_or(100_000);
         let parties = args.parties.unwrap_or(3);
         if parties == 0 || rows < parties {
-            anyhow::bail!("need at least one party and one row per party ({rows} rows, {parties} parties)");
+            anyhow::bail!(
+                "need at least one party and one row per party ({rows} rows, {parties} parties)"
+            );
         }
         let dim = args.dim.unwrap_or(2);
         let spec = match (args.model, args.model_spec) {
@@ -184,7 +187,11 @@ impl Simulation {
             job: JobSettings {
                 chains: args.chains.unwrap_or(4),
                 iterations,
-                tau: args.tau.or(if iterations.is_none() { Some(0.1) } else { None }),
+                tau: args.tau.or(if iterations.is_none() {
+                    Some(0.1)
+                } else {
+                    None
+                }),
                 warmup: args.warmup,
                 clip: args.clip.unwrap_or(2.0),
                 proposal_sd: args.proposal_sd.unwrap_or(0.008),
@@ -193,7 +200,9 @@ impl Simulation {
                 seed: args.seed.unwrap_or(1),
             },
             init: args.init,
-            out: args.out.unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
+            out: args
+                .out
+                .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
         })
     }
 }
@@ -352,7 +361,10 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
     }
     let mut handles = Vec::with_capacity(served.len());
     for p in &served {
-        handles.push((p.name.clone(), GrpcParty::connect(&p.address, &p.token).await?));
+        handles.push((
+            p.name.clone(),
+            GrpcParty::connect(&p.address, &p.token).await?,
+        ));
     }
     let federation = Arc::new(Federation::new(handles));
 
@@ -382,9 +394,13 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
     let result = result?;
 
     let mut exact_rng = stream(sim.job.seed, EXACT_STREAM);
-    let reference: Vec<Vec<f64>> = (0..EXACT_REFERENCE_DRAWS).map(|_| exact.sample(&mut exact_rng)).collect();
+    let reference: Vec<Vec<f64>> = (0..EXACT_REFERENCE_DRAWS)
+        .map(|_| exact.sample(&mut exact_rng))
+        .collect();
     let draws = pooled_draws(&result, MMD_MAX_DRAWS);
-    let independent: Vec<Vec<f64>> = (0..draws.len()).map(|_| exact.sample(&mut exact_rng)).collect();
+    let independent: Vec<Vec<f64>> = (0..draws.len())
+        .map(|_| exact.sample(&mut exact_rng))
+        .collect();
     let mut mmd_rng = stream(sim.job.seed, MMD_STREAM);
     let reference = ExactReference {
         mean: exact.mean(),
@@ -394,7 +410,10 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
     };
 
     let mut comments = vec![
-        ("method".to_string(), "DP penalty, federated (seed 004 Alg. 2)".to_string()),
+        (
+            "method".to_string(),
+            "DP penalty, federated (seed 004 Alg. 2)".to_string(),
+        ),
         ("model".to_string(), serde_json::to_string(&sim.spec)?),
         ("rows".to_string(), sim.rows.to_string()),
         ("parties".to_string(), sim.parties.to_string()),

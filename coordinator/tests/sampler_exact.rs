@@ -29,7 +29,11 @@ struct Setup {
 
 fn setup(spec: ModelSpec, rows: usize, seed: u64) -> Setup {
     let model = spec.build().unwrap();
-    let data = model.simulate(&spec.true_theta(), rows, &mut ChaCha8Rng::seed_from_u64(seed));
+    let data = model.simulate(
+        &spec.true_theta(),
+        rows,
+        &mut ChaCha8Rng::seed_from_u64(seed),
+    );
     let exact = model.exact_posterior(&data).unwrap();
     Setup {
         spec,
@@ -43,9 +47,8 @@ fn gaussian() -> ModelSpec {
     ModelSpec::gaussian(vec![vec![1.0, 0.0], vec![0.0, 1.0]], 1000.0)
 }
 
-/// Runs `CHAINS` chains over `parties` in-process parties, started at the exact mean.
-async fn sample(
-    s: &Setup,
+/// One run's knobs.
+struct Run {
     parties: usize,
     tau: f64,
     clip: f64,
@@ -53,7 +56,19 @@ async fn sample(
     adapt: bool,
     penalise: bool,
     seed: u64,
-) -> Vec<ChainTrace> {
+}
+
+/// Runs `CHAINS` chains over `parties` in-process parties, started at the exact mean.
+async fn sample(s: &Setup, run: Run) -> Vec<ChainTrace> {
+    let Run {
+        parties,
+        tau,
+        clip,
+        proposal_sd,
+        adapt,
+        penalise,
+        seed,
+    } = run;
     let federation = Arc::new(
         in_process(
             &s.spec,
@@ -88,9 +103,15 @@ async fn sample(
         penalise,
     };
     let inits = vec![s.exact.mean(); CHAINS as usize];
-    let traces = sampler::sample(federation.clone(), s.model.clone(), &config, inits, Arc::new(Quiet))
-        .await
-        .unwrap();
+    let traces = sampler::sample(
+        federation.clone(),
+        s.model.clone(),
+        &config,
+        inits,
+        Arc::new(Quiet),
+    )
+    .await
+    .unwrap();
     federation.close().await.unwrap();
     traces
 }
@@ -113,7 +134,8 @@ fn worst_z(s: &Setup, traces: &[ChainTrace]) -> f64 {
         let summary = diagnostics::summary(&chains).unwrap();
         let ess = summary.ess_bulk;
         let (mu, sd) = (s.exact.mean()[j], s.exact.sd()[j]);
-        let m4 = reference.iter().map(|x| (x[j] - mu).powi(4)).sum::<f64>() / reference.len() as f64;
+        let m4 =
+            reference.iter().map(|x| (x[j] - mu).powi(4)).sum::<f64>() / reference.len() as f64;
         let se_sd = ((m4 - sd.powi(4)) / ess).sqrt() / (2.0 * sd);
         let z_mean = (summary.mean - mu) / (sd / ess.sqrt());
         let z_sd = (summary.sd - sd) / se_sd;
@@ -170,13 +192,31 @@ async fn non_private_limit_matches_the_exact_posterior() {
     ] {
         println!("{name}:");
         let s = setup(spec, rows, 5);
-        let traces = sample(&s, 3, 1e-6, 100.0, proposal_sd, true, true, 17).await;
+        let traces = sample(
+            &s,
+            Run {
+                parties: 3,
+                tau: 1e-6,
+                clip: 100.0,
+                proposal_sd,
+                adapt: true,
+                penalise: true,
+                seed: 17,
+            },
+        )
+        .await;
         let noise = mean_noise_variance(&traces);
-        assert!(noise < 1e-4, "{name}: noise variance {noise} is not negligible");
+        assert!(
+            noise < 1e-4,
+            "{name}: noise variance {noise} is not negligible"
+        );
         let z = worst_z(&s, &traces);
         assert!(z < 4.0, "{name}: worst |z| {z}");
         let (mmd, base, sd) = mmd_against_baseline(&s, &traces);
-        assert!(mmd <= base + 4.0 * sd, "{name}: MMD {mmd} vs baseline {base} ± {sd}");
+        assert!(
+            mmd <= base + 4.0 * sd,
+            "{name}: MMD {mmd} vs baseline {base} ± {sd}"
+        );
     }
 }
 
@@ -187,19 +227,52 @@ async fn non_private_limit_matches_the_exact_posterior() {
 async fn the_penalty_corrects_substantial_noise_and_its_absence_shows() {
     let s = setup(gaussian(), 30_000, 6);
     let tau = 0.05;
-    let penalised = sample(&s, 3, tau, 10.0, 0.006, false, true, 23).await;
+    let penalised = sample(
+        &s,
+        Run {
+            parties: 3,
+            tau,
+            clip: 10.0,
+            proposal_sd: 0.006,
+            adapt: false,
+            penalise: true,
+            seed: 23,
+        },
+    )
+    .await;
     let noise = mean_noise_variance(&penalised);
     println!("penalised: mean Σσ² = {noise:.3}");
-    assert!((1.0..=4.0).contains(&noise), "mean Σσ² = {noise} is outside [1, 4]");
+    assert!(
+        (1.0..=4.0).contains(&noise),
+        "mean Σσ² = {noise} is outside [1, 4]"
+    );
     let z = worst_z(&s, &penalised);
     assert!(z < 4.0, "penalised chain: worst |z| {z}");
 
-    let uncorrected = sample(&s, 3, tau, 10.0, 0.006, false, false, 23).await;
+    let uncorrected = sample(
+        &s,
+        Run {
+            parties: 3,
+            tau,
+            clip: 10.0,
+            proposal_sd: 0.006,
+            adapt: false,
+            penalise: false,
+            seed: 23,
+        },
+    )
+    .await;
     let noise = mean_noise_variance(&uncorrected);
     println!("without the penalty: mean Σσ² = {noise:.3}");
-    assert!((1.0..=4.0).contains(&noise), "mean Σσ² = {noise} is outside [1, 4]");
+    assert!(
+        (1.0..=4.0).contains(&noise),
+        "mean Σσ² = {noise} is outside [1, 4]"
+    );
     let z = worst_z(&s, &uncorrected);
-    assert!(z > 6.0, "the uncorrected chain should be detectably wrong, worst |z| = {z}");
+    assert!(
+        z > 6.0,
+        "the uncorrected chain should be detectably wrong, worst |z| = {z}"
+    );
 }
 
 /// The same rows held by one party or split among three: the same posterior, since the
@@ -207,15 +280,43 @@ async fn the_penalty_corrects_substantial_noise_and_its_absence_shows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_party_and_three_parties_agree() {
     let s = setup(ModelSpec::flat_banana(2), 30_000, 7);
-    let one = sample(&s, 1, 0.01, 10.0, 0.01, true, true, 31).await;
-    let three = sample(&s, 3, 0.01, 10.0, 0.01, true, true, 37).await;
+    let one = sample(
+        &s,
+        Run {
+            parties: 1,
+            tau: 0.01,
+            clip: 10.0,
+            proposal_sd: 0.01,
+            adapt: true,
+            penalise: true,
+            seed: 31,
+        },
+    )
+    .await;
+    let three = sample(
+        &s,
+        Run {
+            parties: 3,
+            tau: 0.01,
+            clip: 10.0,
+            proposal_sd: 0.01,
+            adapt: true,
+            penalise: true,
+            seed: 37,
+        },
+    )
+    .await;
     for j in 0..2 {
         let a: Vec<Vec<f64>> = one.iter().map(|t| t.parameter(j)).collect();
         let b: Vec<Vec<f64>> = three.iter().map(|t| t.parameter(j)).collect();
-        let (sa, sb) = (diagnostics::summary(&a).unwrap(), diagnostics::summary(&b).unwrap());
+        let (sa, sb) = (
+            diagnostics::summary(&a).unwrap(),
+            diagnostics::summary(&b).unwrap(),
+        );
         let se = (sa.sd.powi(2) / sa.ess_bulk + sb.sd.powi(2) / sb.ess_bulk).sqrt();
         let z = (sa.mean - sb.mean) / se;
-        let se_sd = (sa.sd.powi(2) / (2.0 * sa.ess_bulk) + sb.sd.powi(2) / (2.0 * sb.ess_bulk)).sqrt();
+        let se_sd =
+            (sa.sd.powi(2) / (2.0 * sa.ess_bulk) + sb.sd.powi(2) / (2.0 * sb.ess_bulk)).sqrt();
         let z_sd = (sa.sd - sb.sd) / se_sd;
         println!(
             "theta.{}: one party {:.6} ± {:.6} (ess {:.0}), three parties {:.6} ± {:.6} (ess {:.0}); z(mean) {z:+.2}, z(sd) {z_sd:+.2}",

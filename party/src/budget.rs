@@ -130,11 +130,16 @@ mod tests {
     fn calibrated_plan_uses_exactly_what_is_left() {
         let b = budget();
         let committed = 0.25 * b.max_mu;
-        let a = b.admit(committed, 1000, 10_000, NoiseRequest::Calibrate).unwrap();
+        let a = b
+            .admit(committed, 1000, 10_000, NoiseRequest::Calibrate)
+            .unwrap();
         assert!(committed + a.mu <= b.max_mu);
         assert!((committed + a.mu - b.max_mu).abs() < 1e-9 * b.max_mu);
         // The granted τ, requested explicitly, is admitted; 0.1% less noise is not.
-        assert!(b.admit(committed, 1000, 10_000, NoiseRequest::Tau(a.tau)).is_ok());
+        assert!(
+            b.admit(committed, 1000, 10_000, NoiseRequest::Tau(a.tau))
+                .is_ok()
+        );
         assert!(
             b.admit(committed, 1000, 10_000, NoiseRequest::Tau(a.tau * 0.999))
                 .is_err()
@@ -148,7 +153,9 @@ mod tests {
             .admit(0.9 * b.max_mu, 1_000_000, 100, NoiseRequest::Tau(0.1))
             .unwrap_err();
         assert!(err.contains("budget") && err.contains("at most"), "{err}");
-        let err = b.admit(b.max_mu, 1, 100, NoiseRequest::Calibrate).unwrap_err();
+        let err = b
+            .admit(b.max_mu, 1, 100, NoiseRequest::Calibrate)
+            .unwrap_err();
         assert!(err.contains("no further release"), "{err}");
     }
 }

@@ -64,7 +64,10 @@ pub enum DataFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not a valid party config: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{path}: {message}")]
@@ -92,7 +95,11 @@ impl PartyConfig {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
-        for p in [&mut self.ledger, &mut self.auth_token_file, &mut self.data.path] {
+        for p in [
+            &mut self.ledger,
+            &mut self.auth_token_file,
+            &mut self.data.path,
+        ] {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -106,7 +113,9 @@ impl PartyConfig {
         }
         let BudgetConfig { epsilon, delta } = self.budget;
         if !(epsilon.is_finite() && epsilon > 0.0) {
-            return Err(format!("budget.epsilon must be a positive number, got {epsilon}"));
+            return Err(format!(
+                "budget.epsilon must be a positive number, got {epsilon}"
+            ));
         }
         if !(delta > 0.0 && delta < 1.0) {
             return Err(format!("budget.delta must lie in (0, 1), got {delta}"));

@@ -207,7 +207,10 @@ fn write_entry(conn: &mut Connection, entry: &Entry) -> rusqlite::Result<()> {
             ])?;
         }
         Entry::Close { run_id } => {
-            tx.execute("UPDATE runs SET closed = 1 WHERE run_id = ?1", params![run_id])?;
+            tx.execute(
+                "UPDATE runs SET closed = 1 WHERE run_id = ?1",
+                params![run_id],
+            )?;
         }
     }
     tx.commit()

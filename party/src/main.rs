@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use fedmcmc_party::config::PartyConfig;
 
 #[derive(Parser)]
-#[command(name = "party", version, about = "A federation member: serves noisy, budgeted answers about its private rows")]
+#[command(
+    name = "party",
+    version,
+    about = "A federation member: serves noisy, budgeted answers about its private rows"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,8 +28,7 @@ enum Command {
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

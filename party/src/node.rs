@@ -154,7 +154,15 @@ impl PartyNode {
         budget: Budget,
         ledger: (Ledger, Vec<RunRecord>),
     ) -> Result<Self, PartyError> {
-        Self::with_noise(name, model, data, neighbours, budget, ledger, NoiseSource::from_os()?)
+        Self::with_noise(
+            name,
+            model,
+            data,
+            neighbours,
+            budget,
+            ledger,
+            NoiseSource::from_os()?,
+        )
     }
 
     pub(crate) fn with_noise(

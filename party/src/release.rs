@@ -66,7 +66,10 @@ impl PartyNode {
                     "‖θ′ − θ‖ overflows: the proposal is too far from θ".into(),
                 ));
             }
-            let sum = self.model.clipped_llr_sum(&self.data, theta, theta_prop, bound).sum;
+            let sum = self
+                .model
+                .clipped_llr_sum(&self.data, theta, theta_prop, bound)
+                .sum;
             if !sum.is_finite() {
                 return Err(PartyError::InvalidArgument(
                     "the log-likelihood ratio is not finite at these parameters".into(),
@@ -225,7 +228,11 @@ mod tests {
         let model = spec.build().unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let data = model.simulate(&spec.true_theta(), 5_000, &mut rng);
-        let budget = Budget::new(BudgetConfig { epsilon: 1e6, delta: 0.5 }).unwrap();
+        let budget = Budget::new(BudgetConfig {
+            epsilon: 1e6,
+            delta: 0.5,
+        })
+        .unwrap();
         let node = PartyNode::with_noise(
             "test".into(),
             Arc::clone(&model),
@@ -256,7 +263,11 @@ mod tests {
         let expected_var = (grant.noise_multiplier * 2.0 * bound).powi(2);
         let mut values = Vec::with_capacity(N as usize);
         for step in 0..N {
-            let key = StepKey { run_id: grant.run_id.clone(), chain: 0, step };
+            let key = StepKey {
+                run_id: grant.run_id.clone(),
+                chain: 0,
+                step,
+            };
             let c = node.log_lik_ratio(&key, &theta, &prop).await.unwrap();
             assert!((c.noise_variance - expected_var).abs() <= 1e-12 * expected_var);
             values.push(c.value[0]);
@@ -266,7 +277,13 @@ mod tests {
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
         let z_mean = (mean - exact) / (expected_var / n).sqrt();
         let z_var = (var / expected_var - 1.0) / (2.0 / (n - 1.0)).sqrt();
-        assert!(z_mean.abs() < 4.0, "mean {mean} vs exact {exact}: z = {z_mean}");
-        assert!(z_var.abs() < 4.0, "variance {var} vs stated {expected_var}: z = {z_var}");
+        assert!(
+            z_mean.abs() < 4.0,
+            "mean {mean} vs exact {exact}: z = {z_mean}"
+        );
+        assert!(
+            z_var.abs() < 4.0,
+            "variance {var} vs stated {expected_var}: z = {z_var}"
+        );
     }
 }

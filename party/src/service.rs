@@ -28,7 +28,9 @@ impl From<PartyError> for Status {
             PartyError::Unimplemented(m) => Status::unimplemented(m),
             PartyError::Ledger(e) => {
                 tracing::error!(error = %e, "ledger failure");
-                Status::internal("the party could not record the charge durably; nothing was released")
+                Status::internal(
+                    "the party could not record the charge durably; nothing was released",
+                )
             }
         }
     }

@@ -66,16 +66,23 @@ pub fn load_sqlite(path: &Path, table: &str, d: usize) -> Result<Columns, StoreE
     if !path.exists() {
         return Err(file_error(path, "no such file"));
     }
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| file_error(path, e))?;
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| file_error(path, e))?;
     if !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(file_error(path, format!("invalid table name {table:?}")));
     }
     let names = column_names(d);
     let sql = format!("SELECT {} FROM {table} ORDER BY rowid", names.join(", "));
-    let mut stmt = conn
-        .prepare(&sql)
-        .map_err(|e| file_error(path, format!("cannot read table {table} with columns {}: {e}", names.join(", "))))?;
+    let mut stmt = conn.prepare(&sql).map_err(|e| {
+        file_error(
+            path,
+            format!(
+                "cannot read table {table} with columns {}: {e}",
+                names.join(", ")
+            ),
+        )
+    })?;
     let mut rows = stmt.query([]).map_err(|e| file_error(path, e))?;
     let mut columns = vec![Vec::new(); d];
     let mut row_no = 0u64;
@@ -132,7 +139,11 @@ pub fn load_csv(path: &Path, d: usize) -> Result<Columns, StoreError> {
     if header != names {
         return Err(file_error(
             path,
-            format!("header is {:?}, expected {:?}", header.join(","), names.join(",")),
+            format!(
+                "header is {:?}, expected {:?}",
+                header.join(","),
+                names.join(",")
+            ),
         ));
     }
     let mut columns = vec![Vec::new(); d];
@@ -159,7 +170,10 @@ pub fn load_csv(path: &Path, d: usize) -> Result<Columns, StoreError> {
 /// Writes rows into a new SQLite file (used by simulations to give each party its store).
 pub fn write_sqlite(path: &Path, table: &str, data: &Columns) -> Result<(), StoreError> {
     if path.exists() {
-        return Err(file_error(path, "already exists; refusing to overwrite a data store"));
+        return Err(file_error(
+            path,
+            "already exists; refusing to overwrite a data store",
+        ));
     }
     let mut conn = rusqlite::Connection::open(path).map_err(|e| file_error(path, e))?;
     let names = column_names(data.d());
@@ -170,7 +184,10 @@ pub fn write_sqlite(path: &Path, table: &str, data: &Columns) -> Result<(), Stor
         .map_err(|e| file_error(path, e))?;
     {
         let mut stmt = tx
-            .prepare(&format!("INSERT INTO {table} ({}) VALUES ({placeholders})", names.join(", ")))
+            .prepare(&format!(
+                "INSERT INTO {table} ({}) VALUES ({placeholders})",
+                names.join(", ")
+            ))
             .map_err(|e| file_error(path, e))?;
         let mut row = vec![0.0; data.d()];
         for i in 0..data.n() {
@@ -199,7 +216,10 @@ mod tests {
         let back = load_sqlite(&path, "rows", 2).unwrap();
         assert_eq!(back.col(0), sample().col(0));
         assert_eq!(back.col(1), sample().col(1));
-        assert!(write_sqlite(&path, "rows", &sample()).is_err(), "must not overwrite");
+        assert!(
+            write_sqlite(&path, "rows", &sample()).is_err(),
+            "must not overwrite"
+        );
     }
 
     #[test]
@@ -209,11 +229,17 @@ mod tests {
         write_sqlite(&path, "rows", &sample()).unwrap();
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute("CREATE TABLE t2 (x1 REAL, x2)", []).unwrap();
-        conn.execute("INSERT INTO t2 VALUES (1.0, 2.0), (1.0, 'abc')", []).unwrap();
+        conn.execute("INSERT INTO t2 VALUES (1.0, 2.0), (1.0, 'abc')", [])
+            .unwrap();
         let err = load_sqlite(&path, "t2", 2).unwrap_err().to_string();
-        assert!(err.contains("rows.sqlite") && err.contains("row 2") && err.contains("x2"), "{err}");
-        conn.execute("CREATE TABLE t3 (x1 REAL, x2 REAL)", []).unwrap();
-        conn.execute("INSERT INTO t3 VALUES (1.0, NULL)", []).unwrap();
+        assert!(
+            err.contains("rows.sqlite") && err.contains("row 2") && err.contains("x2"),
+            "{err}"
+        );
+        conn.execute("CREATE TABLE t3 (x1 REAL, x2 REAL)", [])
+            .unwrap();
+        conn.execute("INSERT INTO t3 VALUES (1.0, NULL)", [])
+            .unwrap();
         let err = load_sqlite(&path, "t3", 2).unwrap_err().to_string();
         assert!(err.contains("row 1") && err.contains("NULL"), "{err}");
         let err = load_sqlite(&path, "rows", 3).unwrap_err().to_string();
@@ -226,12 +252,20 @@ mod tests {
         let path = dir.path().join("rows.csv");
         std::fs::write(&path, "x1,x2\n1,2\n3,4\n5,inf\n").unwrap();
         let err = load_csv(&path, 2).unwrap_err().to_string();
-        assert!(err.contains("rows.csv") && err.contains("row 3") && err.contains("finite"), "{err}");
+        assert!(
+            err.contains("rows.csv") && err.contains("row 3") && err.contains("finite"),
+            "{err}"
+        );
         std::fs::write(&path, "x1,x2\n1,2\n3,four\n").unwrap();
         let err = load_csv(&path, 2).unwrap_err().to_string();
         assert!(err.contains("row 2") && err.contains("four"), "{err}");
         std::fs::write(&path, "a,b\n1,2\n").unwrap();
-        assert!(load_csv(&path, 2).unwrap_err().to_string().contains("header"));
+        assert!(
+            load_csv(&path, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("header")
+        );
         std::fs::write(&path, "x1,x2\n1,2\n3,4\n").unwrap();
         let ok = load_csv(&path, 2).unwrap();
         assert_eq!(ok.col(1), &[2.0, 4.0]);

@@ -17,7 +17,8 @@ use tonic::transport::Channel;
 const TOKEN: &str = "test-token-0123456789abcdef";
 const ROWS: usize = 2_000;
 
-type Client = PartyClient<InterceptedService<Channel, Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>>>;
+type Auth = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type Client = PartyClient<InterceptedService<Channel, Auth>>;
 
 /// Writes a party directory (rows, token) and returns its config.
 fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
@@ -89,13 +90,12 @@ impl Running {
             .unwrap();
         let header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
             token.map(|t| format!("Bearer {t}").parse().unwrap());
-        let auth: Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send> =
-            Box::new(move |mut req: tonic::Request<()>| {
-                if let Some(h) = &header {
-                    req.metadata_mut().insert("authorization", h.clone());
-                }
-                Ok(req)
-            });
+        let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
+            if let Some(h) = &header {
+                req.metadata_mut().insert("authorization", h.clone());
+            }
+            Ok(req)
+        });
         PartyClient::with_interceptor(channel, auth).max_encoding_message_size(16 << 20)
     }
 
@@ -115,7 +115,11 @@ fn plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
     }
 }
 
-async fn open(client: &mut Client, fp: &str, p: pb::RunPlan) -> Result<pb::RunGrant, tonic::Status> {
+async fn open(
+    client: &mut Client,
+    fp: &str,
+    p: pb::RunPlan,
+) -> Result<pb::RunGrant, tonic::Status> {
     client
         .open_run(pb::OpenRunRequest {
             plan: Some(p),
@@ -165,33 +169,64 @@ async fn over_budget_open_run_is_refused_with_what_is_left() {
     let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
     let mut c = party.client().await;
     // τ = 0.01 with n = 2000 gives s ≈ 0.447: a million releases cannot fit ε = 1.
-    let err = open(&mut c, &party.fingerprint, plan(1, 1_000_000, pb::run_plan::Noise::Tau(0.01)))
-        .await
-        .unwrap_err();
+    let err = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 1_000_000, pb::run_plan::Noise::Tau(0.01)),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("budget") && err.message().contains("at most"), "{}", err.message());
+    assert!(
+        err.message().contains("budget") && err.message().contains("at most"),
+        "{}",
+        err.message()
+    );
     // Reservations of open runs count: once one open run has reserved everything, nothing
     // more is admitted.
-    let first = open(&mut c, &party.fingerprint, plan(1, 10, pb::run_plan::Noise::Calibrate(true)))
-        .await
-        .unwrap();
-    assert!((committed(&mut c).await - 1.0).abs() < 1e-6, "calibration takes all that is left");
-    let err = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true)))
-        .await
-        .unwrap_err();
+    let first = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 10, pb::run_plan::Noise::Calibrate(true)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        (committed(&mut c).await - 1.0).abs() < 1e-6,
+        "calibration takes all that is left"
+    );
+    let err = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 1, pb::run_plan::Noise::Calibrate(true)),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     // Closing after 2 of 10 releases frees the rest of the reservation.
     for step in 0..2 {
-        llr(&mut c, &first.run_id, 0, step, TH.to_vec(), PROP.to_vec()).await.unwrap();
+        llr(&mut c, &first.run_id, 0, step, TH.to_vec(), PROP.to_vec())
+            .await
+            .unwrap();
     }
     let closed = c
-        .close_run(pb::CloseRunRequest { run_id: first.run_id.clone() })
+        .close_run(pb::CloseRunRequest {
+            run_id: first.run_id.clone(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(closed.releases, 2);
     assert!(committed(&mut c).await < 1.0);
-    assert!(open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true))).await.is_ok());
+    assert!(
+        open(
+            &mut c,
+            &party.fingerprint,
+            plan(1, 1, pb::run_plan::Noise::Calibrate(true))
+        )
+        .await
+        .is_ok()
+    );
     party.stop().await;
 }
 
@@ -200,27 +235,64 @@ async fn replayed_step_returns_the_stored_answer_and_is_charged_once() {
     let dir = tempfile::tempdir().unwrap();
     let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
     let mut c = party.client().await;
-    let grant = open(&mut c, &party.fingerprint, plan(2, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
-    let first = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
-    let again = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let grant = open(
+        &mut c,
+        &party.fingerprint,
+        plan(2, 5, pb::run_plan::Noise::Tau(0.5)),
+    )
+    .await
+    .unwrap();
+    let first = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
+    let again = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
     assert_eq!(first.value, again.value);
     assert_eq!(first.noise_variance, again.noise_variance);
     assert!(!first.replayed && again.replayed);
     // A reused step with a new θ is refused, whichever entry differs.
-    let err = llr(&mut c, &grant.run_id, 1, 0, vec![0.0, 3.0], vec![0.01, 2.98]).await.unwrap_err();
+    let err = llr(
+        &mut c,
+        &grant.run_id,
+        1,
+        0,
+        vec![0.0, 3.0],
+        vec![0.01, 2.98],
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(err.message().contains("already answered"), "{}", err.message());
+    assert!(
+        err.message().contains("already answered"),
+        "{}",
+        err.message()
+    );
     // Out of order: skipping ahead, or going back past the last step.
-    let err = llr(&mut c, &grant.run_id, 1, 2, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    let err = llr(&mut c, &grant.run_id, 1, 2, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    llr(&mut c, &grant.run_id, 1, 1, TH.to_vec(), PROP.to_vec()).await.unwrap();
-    let err = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    llr(&mut c, &grant.run_id, 1, 1, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
+    let err = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     // Charged once per step: two releases in all.
-    let closed = c.close_run(pb::CloseRunRequest { run_id: grant.run_id.clone() }).await.unwrap().into_inner();
+    let closed = c
+        .close_run(pb::CloseRunRequest {
+            run_id: grant.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(closed.releases, 2);
     // A closed run answers nothing new.
-    let err = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    let err = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     party.stop().await;
 }
@@ -230,7 +302,13 @@ async fn malformed_theta_is_invalid_and_costs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
     let mut c = party.client().await;
-    let grant = open(&mut c, &party.fingerprint, plan(1, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    let grant = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
+    )
+    .await
+    .unwrap();
     for (theta, prop) in [
         (vec![f64::NAN, 3.0], PROP.to_vec()),
         (TH.to_vec(), vec![0.0, f64::INFINITY]),
@@ -240,13 +318,24 @@ async fn malformed_theta_is_invalid_and_costs_nothing() {
         (vec![], vec![]),
         (vec![-1e300, 3.0], vec![1e300, 3.0]),
     ] {
-        let err = llr(&mut c, &grant.run_id, 0, 0, theta.clone(), prop.clone()).await.unwrap_err();
-        assert_eq!(err.code(), Code::InvalidArgument, "{theta:?} {prop:?}: {}", err.message());
+        let err = llr(&mut c, &grant.run_id, 0, 0, theta.clone(), prop.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            Code::InvalidArgument,
+            "{theta:?} {prop:?}: {}",
+            err.message()
+        );
     }
-    let err = llr(&mut c, &grant.run_id, 7, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    let err = llr(&mut c, &grant.run_id, 7, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "chain out of range");
     // None of that was charged: step 0 is still fresh.
-    let ok = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let ok = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
     assert!(!ok.replayed);
     party.stop().await;
 }
@@ -256,22 +345,43 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
     let dir = tempfile::tempdir().unwrap();
     let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
     let mut c = party.client().await;
-    let err = llr(&mut c, "0123456789abcdef", 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    let err = llr(&mut c, "0123456789abcdef", 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let err = c.close_run(pb::CloseRunRequest { run_id: "nope".into() }).await.unwrap_err();
+    let err = c
+        .close_run(pb::CloseRunRequest {
+            run_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
     for token in [None, Some("wrong-token-0123456789abcdef")] {
         let mut anon = party.client_with(token).await;
         let err = anon.describe(pb::DescribeRequest {}).await.unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated);
-        let err = open(&mut anon, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Tau(1.0))).await.unwrap_err();
+        let err = open(
+            &mut anon,
+            &party.fingerprint,
+            plan(1, 1, pb::run_plan::Noise::Tau(1.0)),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated);
     }
 
-    let grant = open(&mut c, &party.fingerprint, plan(1, 5, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
+    let grant = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
+    )
+    .await
+    .unwrap();
     let huge = vec![0.5; 100_000];
-    let err = llr(&mut c, &grant.run_id, 0, 0, huge.clone(), huge).await.unwrap_err();
+    let err = llr(&mut c, &grant.run_id, 0, 0, huge.clone(), huge)
+        .await
+        .unwrap_err();
     assert_ne!(err.code(), Code::Ok);
     assert!(
         matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange),
@@ -279,24 +389,68 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         err.code(),
         err.message()
     );
-    assert!(!llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap().replayed);
+    assert!(
+        !llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+            .await
+            .unwrap()
+            .replayed
+    );
 
     // Plans: wrong model, unsupported variant, no noise choice, nonsense numbers.
-    let err = open(&mut c, "not-the-model", plan(1, 1, pb::run_plan::Noise::Tau(1.0))).await.unwrap_err();
+    let err = open(
+        &mut c,
+        "not-the-model",
+        plan(1, 1, pb::run_plan::Noise::Tau(1.0)),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     let mut barker = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
     barker.variant = pb::Variant::Barker as i32;
-    assert_eq!(open(&mut c, &party.fingerprint, barker).await.unwrap_err().code(), Code::Unimplemented);
+    assert_eq!(
+        open(&mut c, &party.fingerprint, barker)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::Unimplemented
+    );
     let mut none = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
     none.noise = None;
-    assert_eq!(open(&mut c, &party.fingerprint, none).await.unwrap_err().code(), Code::InvalidArgument);
-    for bad in [plan(0, 1, pb::run_plan::Noise::Tau(1.0)), plan(1, 0, pb::run_plan::Noise::Tau(1.0)), plan(1, 1, pb::run_plan::Noise::Tau(f64::NAN)), plan(1, 1, pb::run_plan::Noise::Tau(-1.0))] {
-        assert_eq!(open(&mut c, &party.fingerprint, bad).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        open(&mut c, &party.fingerprint, none)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    for bad in [
+        plan(0, 1, pb::run_plan::Noise::Tau(1.0)),
+        plan(1, 0, pb::run_plan::Noise::Tau(1.0)),
+        plan(1, 1, pb::run_plan::Noise::Tau(f64::NAN)),
+        plan(1, 1, pb::run_plan::Noise::Tau(-1.0)),
+    ] {
+        assert_eq!(
+            open(&mut c, &party.fingerprint, bad)
+                .await
+                .unwrap_err()
+                .code(),
+            Code::InvalidArgument
+        );
     }
     // A run cannot release more than it planned.
-    let small = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Tau(0.5))).await.unwrap();
-    llr(&mut c, &small.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
-    let err = llr(&mut c, &small.run_id, 0, 1, TH.to_vec(), PROP.to_vec()).await.unwrap_err();
+    let small = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 1, pb::run_plan::Noise::Tau(0.5)),
+    )
+    .await
+    .unwrap();
+    llr(&mut c, &small.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
+    let err = llr(&mut c, &small.run_id, 0, 1, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     party.stop().await;
 }
@@ -307,8 +461,16 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     let config = party_dir(dir.path(), 1.0, 1e-6);
     let party = Running::start(&config).await;
     let mut c = party.client().await;
-    let grant = open(&mut c, &party.fingerprint, plan(1, 100, pb::run_plan::Noise::Calibrate(true))).await.unwrap();
-    let answer = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let grant = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 100, pb::run_plan::Noise::Calibrate(true)),
+    )
+    .await
+    .unwrap();
+    let answer = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
     let before = committed(&mut c).await;
     drop(c);
     party.stop().await;
@@ -316,14 +478,26 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     let party = Running::start(&config).await;
     let mut c = party.client().await;
     assert_eq!(committed(&mut c).await, before);
-    let err = open(&mut c, &party.fingerprint, plan(1, 1, pb::run_plan::Noise::Calibrate(true))).await.unwrap_err();
+    let err = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 1, pb::run_plan::Noise::Calibrate(true)),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    let again = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let again = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
     assert_eq!(again.value, answer.value);
     assert!(again.replayed);
-    let err = llr(&mut c, &grant.run_id, 0, 0, vec![0.0, 3.5], PROP.to_vec()).await.unwrap_err();
+    let err = llr(&mut c, &grant.run_id, 0, 0, vec![0.0, 3.5], PROP.to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    let next = llr(&mut c, &grant.run_id, 0, 1, TH.to_vec(), PROP.to_vec()).await.unwrap();
+    let next = llr(&mut c, &grant.run_id, 0, 1, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
     assert!(!next.replayed);
     party.stop().await;
 }

@@ -15,7 +15,17 @@ fn run(cmd: &mut Command) -> (bool, String, String) {
 
 fn simulate(out: &Path, extra: &[&str]) -> (bool, String, String) {
     run(Command::new(bin("coordinator"))
-        .args(["simulate", "--rows", "6000", "--parties", "3", "--chains", "2", "--seed", "3"])
+        .args([
+            "simulate",
+            "--rows",
+            "6000",
+            "--parties",
+            "3",
+            "--chains",
+            "2",
+            "--seed",
+            "3",
+        ])
         .args(extra)
         .arg("--out")
         .arg(out))
@@ -44,7 +54,10 @@ fn simulate_writes_draws_summary_and_party_stores() {
     let out = dir.path().join("sim");
     let (ok, stdout, stderr) = simulate(&out, &["--iterations", "300", "--epsilon", "50"]);
     assert!(ok, "simulate failed: {stderr}");
-    assert!(stdout.contains("theta.1") && stdout.contains("party-3"), "{stdout}");
+    assert!(
+        stdout.contains("theta.1") && stdout.contains("party-3"),
+        "{stdout}"
+    );
     for c in 1..=2 {
         let csv = std::fs::read_to_string(out.join(format!("chain-{c}.csv"))).unwrap();
         let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
@@ -54,8 +67,13 @@ fn simulate_writes_draws_summary_and_party_stores() {
     }
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    for key in ["name", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"] {
-        assert!(summary["parameters"][0].get(key).is_some(), "parameters lack {key}");
+    for key in [
+        "name", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat",
+    ] {
+        assert!(
+            summary["parameters"][0].get(key).is_some(),
+            "parameters lack {key}"
+        );
     }
     for key in ["acceptance_rate", "iterations"] {
         assert!(summary["chains"][1].get(key).is_some(), "chains lack {key}");
@@ -63,15 +81,24 @@ fn simulate_writes_draws_summary_and_party_stores() {
     let parties = summary["parties"].as_array().unwrap();
     assert_eq!(parties.len(), 3);
     for p in parties {
-        assert_eq!(p["releases"], 600, "2 chains × 300 iterations, one release each");
+        assert_eq!(
+            p["releases"], 600,
+            "2 chains × 300 iterations, one release each"
+        );
         let spent = p["epsilon_spent"].as_f64().unwrap();
-        assert!(spent > 0.0 && spent <= 50.0 + 1e-9, "calibrated to the budget: {spent}");
+        assert!(
+            spent > 0.0 && spent <= 50.0 + 1e-9,
+            "calibrated to the budget: {spent}"
+        );
         assert_eq!(p["rows"], 2000);
     }
     assert!(summary["mmd_to_exact"].is_number() && summary["mmd_baseline"].is_number());
     for i in 1..=3 {
         assert!(out.join(format!("parties/party-{i}/rows.sqlite")).exists());
-        assert!(out.join(format!("parties/party-{i}/ledger.sqlite")).exists());
+        assert!(
+            out.join(format!("parties/party-{i}/ledger.sqlite"))
+                .exists()
+        );
     }
     // The same output directory is not overwritten.
     let (ok, _, stderr) = simulate(&out, &["--iterations", "10"]);
@@ -90,7 +117,10 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let sim = dir.path().join("sim");
     // Make the party directories (and spend a little) with a simulation.
-    let (ok, _, stderr) = simulate(&sim, &["--iterations", "100", "--tau", "0.5", "--epsilon", "20"]);
+    let (ok, _, stderr) = simulate(
+        &sim,
+        &["--iterations", "100", "--tau", "0.5", "--epsilon", "20"],
+    );
     assert!(ok, "{stderr}");
     let configs: Vec<_> = (1..=3)
         .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
@@ -131,7 +161,10 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     .unwrap();
     let committed = summary["parties"][0]["epsilon_committed"].as_f64().unwrap();
     assert_eq!(summary["parties"][0]["releases"], 400);
-    assert!(summary.get("mmd_to_exact").is_none(), "no exact posterior for a real run");
+    assert!(
+        summary.get("mmd_to_exact").is_none(),
+        "no exact posterior for a real run"
+    );
 
     // Crash party 1 (SIGKILL) and restart it from its files.
     parties.remove(0).kill();
@@ -145,7 +178,10 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
         .arg("--out")
         .arg(dir.path().join("run-2")));
     assert!(!ok && stdout.is_empty());
-    assert!(stderr.contains("budget") && stderr.contains("party-1"), "{stderr}");
+    assert!(
+        stderr.contains("budget") && stderr.contains("party-1"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains(&format!("{committed:.4}")),
         "the restarted party reports the ε it had committed ({committed:.4}): {stderr}"
@@ -169,5 +205,8 @@ fn a_party_with_a_bad_row_refuses_to_start_and_says_where() {
         .args(["serve", "--config"])
         .arg(dir.path().join("party.toml")));
     assert!(!ok);
-    assert!(stderr.contains("rows.csv") && stderr.contains("row 2") && stderr.contains("oops"), "{stderr}");
+    assert!(
+        stderr.contains("rows.csv") && stderr.contains("row 2") && stderr.contains("oops"),
+        "{stderr}"
+    );
 }

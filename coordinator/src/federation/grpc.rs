@@ -8,7 +8,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use super::{Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+use super::{
+    Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan,
+};
 
 /// Adds `authorization: Bearer <token>` to every call.
 #[derive(Clone)]
@@ -16,7 +18,9 @@ pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
 
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        request.metadata_mut().insert("authorization", self.0.clone());
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
         Ok(request)
     }
 }
@@ -170,7 +174,12 @@ impl PartyHandle for GrpcParty {
                     });
                 }
                 Err(s) if s.code() == Code::Unavailable && attempt < STEP_ATTEMPTS => {
-                    tracing::warn!(chain, step, attempt, "party unavailable, retrying the same step");
+                    tracing::warn!(
+                        chain,
+                        step,
+                        attempt,
+                        "party unavailable, retrying the same step"
+                    );
                     tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
                     attempt += 1;
                 }

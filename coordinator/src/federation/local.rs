@@ -8,7 +8,9 @@ use fedmcmc_party::error::PartyError;
 use fedmcmc_party::node::{FULL_PENALTY, Plan};
 use fedmcmc_party::release::StepKey;
 
-use super::{Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+use super::{
+    Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan,
+};
 
 impl From<PartyError> for CallError {
     fn from(e: PartyError) -> CallError {
@@ -113,7 +115,9 @@ pub fn nodes(
     for (i, data) in parts.into_iter().enumerate() {
         let name = format!("party-{}", i + 1);
         let ledger = match ledger_dir {
-            Some(dir) => fedmcmc_party::ledger::Ledger::open(&dir.join(format!("{name}.ledger.sqlite")))?,
+            Some(dir) => {
+                fedmcmc_party::ledger::Ledger::open(&dir.join(format!("{name}.ledger.sqlite")))?
+            }
             None => (fedmcmc_party::ledger::Ledger::in_memory()?, Vec::new()),
         };
         let node = PartyNode::new(

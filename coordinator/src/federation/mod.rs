@@ -168,7 +168,11 @@ impl<P: PartyHandle> Federation<P> {
 
     /// Opens the run on every party. If any party refuses, the grants already given are
     /// closed again (their reservations released) and the refusal is returned.
-    pub async fn open(&self, plan: &RunPlan, fingerprint: &str) -> Result<Vec<Grant>, FederationError> {
+    pub async fn open(
+        &self,
+        plan: &RunPlan,
+        fingerprint: &str,
+    ) -> Result<Vec<Grant>, FederationError> {
         let results = join_all(
             self.parties
                 .iter()
@@ -199,11 +203,13 @@ impl<P: PartyHandle> Federation<P> {
         theta_prop: &[f64],
     ) -> Result<Answer, FederationError> {
         let runs = Arc::clone(&self.runs.read().expect("runs lock"));
-        let answers = try_join_all(self.parties.iter().zip(runs.iter()).map(|((name, p), run)| async move {
-            p.log_lik_ratio(run, chain, step, theta, theta_prop)
-                .await
-                .map_err(at(name))
-        }))
+        let answers = try_join_all(self.parties.iter().zip(runs.iter()).map(
+            |((name, p), run)| async move {
+                p.log_lik_ratio(run, chain, step, theta, theta_prop)
+                    .await
+                    .map_err(at(name))
+            },
+        ))
         .await?;
         Ok(answers.iter().fold(
             Answer {
@@ -220,9 +226,12 @@ impl<P: PartyHandle> Federation<P> {
     /// Closes the open run on every party; returns each party's final charge.
     pub async fn close(&self) -> Result<Vec<Closed>, FederationError> {
         let runs = std::mem::take(&mut *self.runs.write().expect("runs lock"));
-        try_join_all(self.parties.iter().zip(runs.iter()).map(|((name, p), run)| async move {
-            p.close_run(run).await.map_err(at(name))
-        }))
+        try_join_all(
+            self.parties
+                .iter()
+                .zip(runs.iter())
+                .map(|((name, p), run)| async move { p.close_run(run).await.map_err(at(name)) }),
+        )
         .await
     }
 

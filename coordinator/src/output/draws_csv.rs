@@ -25,7 +25,11 @@ pub fn write_chain(
     writeln!(out, "# chain_id = {}", trace.chain + 1)?;
     writeln!(out, "# chain_seed = {}", trace.seed)?;
     writeln!(out, "# num_warmup = {}", trace.warmup)?;
-    writeln!(out, "# num_samples = {}", trace.steps() - trace.warmup as usize)?;
+    writeln!(
+        out,
+        "# num_samples = {}",
+        trace.steps() - trace.warmup as usize
+    )?;
     let mut header: Vec<String> = SAMPLER_COLUMNS.iter().map(|s| s.to_string()).collect();
     header.extend((1..=trace.dim).map(|j| format!("theta.{j}")));
     writeln!(out, "{}", header.join(","))?;
@@ -73,7 +77,10 @@ mod tests {
         write_chain(&path, &trace, &[("model".into(), "banana".into())]).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-        assert_eq!(lines[0], "accept_stat__,stepsize__,accepted__,noise_var__,theta.1,theta.2");
+        assert_eq!(
+            lines[0],
+            "accept_stat__,stepsize__,accepted__,noise_var__,theta.1,theta.2"
+        );
         assert_eq!(lines[1], "0.5,0.2,0,2,0.5,1.5");
         assert_eq!(lines[2], "0.25,0.2,1,2,0.25,1.25");
         assert_eq!(lines.len(), 3);

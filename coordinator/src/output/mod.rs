@@ -45,7 +45,10 @@ pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
     for (p, g) in result.parties.iter().zip(&result.grants) {
         c.push((
             format!("party.{}", p.name),
-            format!("rows={} tau={} noise_multiplier={} releases={}", p.rows, g.tau, g.noise_multiplier, g.releases),
+            format!(
+                "rows={} tau={} noise_multiplier={} releases={}",
+                p.rows, g.tau, g.noise_multiplier, g.releases
+            ),
         ));
     }
     c

@@ -149,7 +149,10 @@ pub fn summarise(
 /// The human-readable table printed on stdout.
 pub fn table(s: &Summary) -> String {
     let mut out = String::new();
-    out.push_str(&format!("model: {}   init: {}   seed: {}\n\n", s.model, s.init, s.seed));
+    out.push_str(&format!(
+        "model: {}   init: {}   seed: {}\n\n",
+        s.model, s.init, s.seed
+    ));
     out.push_str(&format!(
         "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
         "parameter", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"
@@ -194,5 +197,30 @@ pub fn table(s: &Summary) -> String {
             "\nMMD to the exact posterior: {m:.4}   (exact vs exact baseline: {b:.4})\n"
         ));
     }
+    if let Some(w) = convergence_warning(s) {
+        out.push_str(&format!("\nwarning: {w}\n"));
+    }
     out
+}
+
+/// Stan's rule of thumb (R̂ < 1.01, bulk and tail ESS ≥ 100 in all): below it the summaries
+/// above are not to be trusted, and the table must say so rather than let them pass.
+fn convergence_warning(s: &Summary) -> Option<String> {
+    let worst_rhat = s
+        .parameters
+        .iter()
+        .map(|p| p.r_hat)
+        .fold(f64::NAN, f64::max);
+    let least_ess = s
+        .parameters
+        .iter()
+        .map(|p| p.ess_bulk.min(p.ess_tail))
+        .fold(f64::NAN, f64::min);
+    (worst_rhat > 1.01 || least_ess < 100.0).then(|| {
+        format!(
+            "the chains have not converged (largest R-hat {worst_rhat:.3}, smallest ESS {least_ess:.0}); \
+             the privacy budget may allow too few iterations: consider a larger --epsilon, fewer \
+             --chains, or a larger --tau"
+        )
+    })
 }
