@@ -46,7 +46,7 @@ impl PartyHandle for Arc<PartyNode> {
     }
 
     async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
-        let g = PartyNode::open_run(
+        Ok(PartyNode::open_run(
             self,
             Plan {
                 variant: FULL_PENALTY.to_string(),
@@ -60,15 +60,7 @@ impl PartyHandle for Arc<PartyNode> {
             },
             fingerprint,
         )
-        .await?;
-        Ok(Grant {
-            run_id: g.run_id,
-            tau: g.tau,
-            noise_multiplier: g.noise_multiplier,
-            releases: g.releases,
-            run_epsilon: g.run_epsilon,
-            epsilon_committed: g.epsilon_committed,
-        })
+        .await?)
     }
 
     async fn log_lik_ratio(
@@ -92,12 +84,7 @@ impl PartyHandle for Arc<PartyNode> {
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
-        let c = PartyNode::close_run(self, run_id).await?;
-        Ok(Closed {
-            releases: c.releases,
-            run_epsilon: c.run_epsilon,
-            epsilon_committed: c.epsilon_committed,
-        })
+        Ok(PartyNode::close_run(self, run_id).await?)
     }
 }
 

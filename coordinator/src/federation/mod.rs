@@ -45,22 +45,8 @@ pub struct RunPlan {
     pub noise: NoiseChoice,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct Grant {
-    pub run_id: String,
-    pub tau: f64,
-    pub noise_multiplier: f64,
-    pub releases: u64,
-    pub run_epsilon: f64,
-    pub epsilon_committed: f64,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Closed {
-    pub releases: u64,
-    pub run_epsilon: f64,
-    pub epsilon_committed: f64,
-}
+/// A party's grant and its final charge: the party's own types.
+pub use fedmcmc_party::node::{Closed, Grant};
 
 /// One party's answer to one step.
 #[derive(Clone, Copy, Debug, PartialEq)]
