@@ -277,6 +277,7 @@ mod tests {
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
         let z_mean = (mean - exact) / (expected_var / n).sqrt();
         let z_var = (var / expected_var - 1.0) / (2.0 / (n - 1.0)).sqrt();
+        println!("{N} releases: z(mean) = {z_mean:+.2}, z(variance) = {z_var:+.2}");
         assert!(
             z_mean.abs() < 4.0,
             "mean {mean} vs exact {exact}: z = {z_mean}"
