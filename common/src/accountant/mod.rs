@@ -6,6 +6,8 @@
 //! curve (seed 003 Thm 3.2, 4.3) or the looser zCDP conversion (Thm 2.5, 3.1).
 //! [`max_releases`] is seed 003 Alg. 2; [`calibrate`] inverts it for the noise.
 mod gaussian;
+pub mod pld;
+pub mod rdp;
 mod solve;
 mod special;
 pub mod zcdp;

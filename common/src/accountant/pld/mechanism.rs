@@ -1,0 +1,233 @@
+//! The privacy-loss curves of the Gaussian mechanism with Poisson subsampling, and their
+//! pessimistic Connect-the-Dots discretisation (Doroshenko et al. 2022, Alg. 1).
+//!
+//! Units: sensitivity 1 under the chosen neighbour relation, noise N(0, s²). One direction of
+//! a dominating pair is an upper distribution P (the loss is sampled under P) and a lower Q:
+//!
+//!   P = (1−q)·N(0, s²) + q·N(−a, s²),   Q = (1−q)·N(0, s²) + q·N(b, s²),
+//!
+//! with (a, b) = (1, 0) for "remove" (the row is in the data set under P), (0, 1) for "add",
+//! and (½, ½) for "substitute" (the row is −½ under P and +½ under Q, 1 apart). The loss
+//! L(x) = ln P(x)/Q(x) = ln(1−q + q·e^{(−ax−a²/2)/s²}) − ln(1−q + q·e^{(bx−b²/2)/s²}) is
+//! non-increasing in x, so {L ≥ ε} = {x ≤ x*(ε)} and the hockey-stick divergence is
+//! δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*) (as dp_accounting's `AdditiveNoisePrivacyLoss`).
+use super::super::solve::boundary;
+use super::super::special::erfcx;
+
+/// Which of the neighbouring data sets holds the differing row (see the module notes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    Remove,
+    Add,
+    Substitute,
+}
+
+/// One direction of the dominating pair of a Poisson-subsampled Gaussian (q = 1: no sampling).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SubsampledGaussian {
+    pub s: f64,
+    pub q: f64,
+    pub direction: Direction,
+}
+
+/// ln(e^x + e^y), exact at −∞ arguments.
+pub(super) fn log_add_exp(x: f64, y: f64) -> f64 {
+    let (hi, lo) = if x > y { (x, y) } else { (y, x) };
+    if lo == f64::NEG_INFINITY {
+        hi
+    } else {
+        hi + (lo - hi).exp().ln_1p()
+    }
+}
+
+/// ln Φ(z) for the standard normal CDF, accurate in the far lower tail (via erfcx).
+fn ln_phi(z: f64) -> f64 {
+    if z < -1.0 {
+        let t = -z * std::f64::consts::FRAC_1_SQRT_2;
+        (0.5 * erfcx(t)).ln() - t * t
+    } else {
+        (-0.5 * libm::erfc(z * std::f64::consts::FRAC_1_SQRT_2)).ln_1p()
+    }
+}
+
+/// The l with ln(1−q + q·e^l) = loss, or None (l = −∞) when loss ≤ ln(1−q).
+fn unmix(loss: f64, q: f64) -> Option<f64> {
+    if q == 1.0 {
+        return Some(loss);
+    }
+    if loss <= (-q).ln_1p() {
+        return None;
+    }
+    Some(if loss > 0.0 {
+        // e^loss − (1−q) = e^loss·(1 − (1−q)e^{−loss}), no overflow for large losses.
+        loss - q.ln() + (-(1.0 - q) * (-loss).exp()).ln_1p()
+    } else {
+        (loss.exp_m1() / q).ln_1p()
+    })
+}
+
+/// asinh(e^t) for any real t without overflow.
+fn asinh_exp(t: f64) -> f64 {
+    if t <= 0.0 {
+        libm::asinh(t.exp())
+    } else {
+        t + (1.0 + (1.0 + (-2.0 * t).exp()).sqrt()).ln()
+    }
+}
+
+impl SubsampledGaussian {
+    /// The means −a (of P's sampled component) and b (of Q's).
+    fn offsets(&self) -> (f64, f64) {
+        match self.direction {
+            Direction::Remove => (1.0, 0.0),
+            Direction::Add => (0.0, 1.0),
+            Direction::Substitute => (0.5, 0.5),
+        }
+    }
+
+    /// ln((1−q)Φ(x/s) + qΦ((x − m)/s)): ln CDF of a mixture with component means 0 and m.
+    fn ln_mixture_cdf(&self, x: f64, m: f64) -> f64 {
+        log_add_exp(
+            (-self.q).ln_1p() + ln_phi(x / self.s),
+            self.q.ln() + ln_phi((x - m) / self.s),
+        )
+    }
+
+    /// The privacy loss L(x).
+    pub fn loss(&self, x: f64) -> f64 {
+        let (a, b) = self.offsets();
+        let s2 = self.s * self.s;
+        let ln_keep = (-self.q).ln_1p();
+        let ln_q = self.q.ln();
+        log_add_exp(ln_keep, ln_q + (-a * x - 0.5 * a * a) / s2)
+            - log_add_exp(ln_keep, ln_q + (b * x - 0.5 * b * b) / s2)
+    }
+
+    /// The largest x with L(x) ≥ ε (±∞ where L never reaches / always exceeds ε).
+    fn inverse_loss(&self, epsilon: f64) -> f64 {
+        let s2 = self.s * self.s;
+        match self.direction {
+            Direction::Remove => unmix(epsilon, self.q).map_or(f64::INFINITY, |l| -0.5 - s2 * l),
+            Direction::Add => unmix(-epsilon, self.q).map_or(f64::NEG_INFINITY, |l| 0.5 + s2 * l),
+            Direction::Substitute => {
+                // With u = e^{−x/(2s²)}: e^ε = (1−q + q·c·u)/(1−q + q·c/u), c = e^{−1/(8s²)},
+                // a quadratic in u whose root is ln u = ε/2 + asinh(α·sinh(ε/2)),
+                // α = (1−q)/(q·c) (dp_accounting's `_inverse_privacy_loss_replace`).
+                if epsilon == 0.0 {
+                    return 0.0;
+                }
+                let half = 0.5 * epsilon.abs();
+                let asinh = if self.q == 1.0 {
+                    0.0
+                } else {
+                    let ln_alpha = 1.0 / (8.0 * s2) + (-self.q).ln_1p() - self.q.ln();
+                    let ln_sinh = half + (-(-2.0 * half).exp()).ln_1p() - std::f64::consts::LN_2;
+                    asinh_exp(ln_alpha + ln_sinh)
+                };
+                -2.0 * s2 * (0.5 * epsilon + epsilon.signum() * asinh)
+            }
+        }
+    }
+
+    /// The hockey-stick divergence δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*), clamped to [0, 1].
+    pub fn delta(&self, epsilon: f64) -> f64 {
+        let (a, b) = self.offsets();
+        let x = self.inverse_loss(epsilon);
+        let ln_p = self.ln_mixture_cdf(x, -a);
+        let ln_q = epsilon + self.ln_mixture_cdf(x, b);
+        if ln_p == f64::NEG_INFINITY {
+            return 0.0;
+        }
+        (-ln_p.exp() * (ln_q - ln_p).exp_m1()).clamp(0.0, 1.0)
+    }
+
+    /// The outcome range [lo, hi] whose complement has at most e^{bound} mass under each
+    /// noise component: every component mean ± s·z with Φ(−z) = ½e^{bound} (the truncation
+    /// of dp_accounting's `GaussianPrivacyLoss.privacy_loss_tail`).
+    pub fn outcome_range(&self, log_mass_truncation_bound: f64) -> (f64, f64) {
+        let target = log_mass_truncation_bound - std::f64::consts::LN_2;
+        // ln Φ(−z) decreases in z; bisect to adjacent floats between 0 and 40 (Φ(−40) ≈ 4e-350).
+        let z = boundary(0.0, 40.0, |z| ln_phi(-z) > target).1;
+        let (a, b) = self.offsets();
+        (-a - self.s * z, b + self.s * z)
+    }
+}
+
+/// Pessimistic Connect-the-Dots probabilities on the grid points i·Δ, i = 0 … n−1 (shifted),
+/// from the hockey-stick values δ_i there (Doroshenko et al. 2022, Alg. 1; dp_accounting's
+/// `create_pmf_pessimistic_connect_dots_fixed_gap`). Returns (probabilities, infinity mass).
+/// The resulting PLD has δ equal to the mechanism's at every grid point and, by convexity of
+/// δ in e^ε, no smaller in between.
+pub(super) fn connect_the_dots(interval: f64, mut deltas: Vec<f64>) -> (Vec<f64>, f64) {
+    // δ is non-increasing; rounding must not make it rise.
+    for i in 1..deltas.len() {
+        deltas[i] = deltas[i].min(deltas[i - 1]);
+    }
+    let n = deltas.len();
+    let last = deltas[n - 1];
+    if n == 1 {
+        return (vec![1.0 - last], last);
+    }
+    let up = interval.exp_m1();
+    let growth = interval.exp();
+    let mut probs = Vec::with_capacity(n);
+    probs.push(1.0 - deltas[0] + (deltas[1] - deltas[0]) / up);
+    for w in deltas.windows(3) {
+        probs.push(((w[2] - w[1]) - growth * (w[1] - w[0])) / up);
+    }
+    probs.push((deltas[n - 1] - deltas[n - 2]) / (-interval).exp_m1());
+    for p in &mut probs {
+        *p = p.max(0.0);
+    }
+    (probs, last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIRECTIONS: [Direction; 3] = [Direction::Remove, Direction::Add, Direction::Substitute];
+
+    #[test]
+    fn inverse_loss_inverts_loss() {
+        for direction in DIRECTIONS {
+            for (s, q) in [(1.0, 1.0), (0.7, 0.01), (2.0, 0.3), (1.0, 0.999)] {
+                let m = SubsampledGaussian { s, q, direction };
+                for x in [-5.0, -1.3, -0.2, 0.0, 0.4, 2.0, 6.0] {
+                    let l = m.loss(x);
+                    let back = m.inverse_loss(l);
+                    assert!(
+                        (back - x).abs() < 1e-8 * (1.0 + x.abs()),
+                        "{direction:?} s={s} q={q} x={x} L={l} back={back}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsampled_delta_is_the_analytic_gaussian_curve() {
+        let g = super::super::super::GaussianComposition::from_mu(0.5 / (1.3 * 1.3)).unwrap();
+        for direction in DIRECTIONS {
+            let m = SubsampledGaussian {
+                s: 1.3,
+                q: 1.0,
+                direction,
+            };
+            for eps in [-1.0, 0.0, 0.3, 1.0, 4.0] {
+                let (got, want) = (m.delta(eps), g.delta(eps));
+                assert!(
+                    (got / want - 1.0).abs() < 1e-12,
+                    "{direction:?} {eps}: {got} {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ln_phi_is_accurate_in_both_tails() {
+        // Φ(−10) = 7.619853024160526e-24, Φ(1) = 0.8413447460685429 (mpmath).
+        assert!((ln_phi(-10.0) - 7.619_853_024_160_526e-24_f64.ln()).abs() < 1e-13);
+        assert!((ln_phi(1.0) - 0.841_344_746_068_542_9_f64.ln()).abs() < 1e-15);
+    }
+}

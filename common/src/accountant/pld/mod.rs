@@ -1,0 +1,449 @@
+//! A numerical privacy-loss-distribution (PLD) accountant with pessimistic discretisation, in
+//! the manner of Google's `dp_accounting.pld` (Koskela et al. 2020 "Computing tight DP
+//! guarantees using FFT"; Doroshenko et al. 2022 "Connect the Dots").
+//!
+//! A [`Pld`] is the distribution of the privacy loss L = ln P(o)/Q(o), o ~ P, of one direction
+//! of a dominating pair (P, Q): a PMF on the grid {(offset + i)·Δ} plus an atom at +∞ whose
+//! mass counts fully towards δ. δ(ε) = p(∞) + Σ_{l>ε} p(l)(1 − e^{ε−l}) (hockey stick).
+//! Composition is convolution (FFT). A [`PldPair`] holds the remove and add directions of a
+//! mechanism whose PLD is not symmetric (Poisson subsampling under add/remove) and reports
+//! the worse of the two, as dp_accounting does.
+//!
+//! # Pessimism (ε is never under-reported)
+//! Every approximation only moves probability towards larger losses or into the +∞ atom,
+//! or replaces a PLD by one that dominates it in hockey-stick divergence at every ε ∈ ℝ:
+//! - a mechanism is discretised by Connect-the-Dots (ibid. Alg. 1): δ is exact at the grid
+//!   points, larger in between, and the mass above the top grid point (the noise tail beyond
+//!   e^{`log_mass_truncation_bound`}) goes to +∞; dominance is kept by composition;
+//! - a composition cuts at most `tail_mass_truncation`/2 from each tail: the low tail is added
+//!   to the lowest kept loss, the high tail to +∞ (dp_accounting's `_truncate_tails`); an FFT
+//!   power folds what lies outside its Chernoff window back into the window (only ever adding
+//!   mass) and adds the high tail's bound to +∞;
+//! - FFT round-off leaves tiny negative masses, which are set to 0 (adds mass).
+//!
+//! # Error bound
+//! Let ε(δ) be the exact value for k releases, Δ the discretisation interval, b the log mass
+//! truncation bound and τ the tail mass truncation. Then, up to floating point (δ to ~1e-12
+//! relative), with η = k·e^b + τ·(number of compositions):
+//!
+//!   ε(δ) ≤ ε_PLD(δ) ≤ ε(δ − η) + k·Δ.
+//!
+//! The upper bound: rounding every loss up to the grid (privacy buckets) is a pessimistic
+//! discretisation that moves the total loss by at most kΔ, and Connect-the-Dots is the best
+//! pessimistic discretisation on a given support (Doroshenko et al. 2022), so never worse.
+//! The bound is loose: Connect-the-Dots keeps both the P- and the Q-mass of every grid
+//! interval, and tests/pld.rs observes ε(δ) ≤ ε_PLD(δ) ≤ ε(δ)·(1 + 2e-6) + 1e-7 against the
+//! analytic Gaussian composition for s ∈ [0.8, 20], 1 … 5 000 releases, δ ∈ [1e-8, 1e-3]
+//! (largest seen: 9e-7 relative), and agreement with dp-accounting 0.6.0 to 6e-7 relative.
+mod fft;
+mod mechanism;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AccountantError, check_delta, check_epsilon, check_noise_multiplier};
+use crate::neighbours::Neighbours;
+use mechanism::{Direction, SubsampledGaussian, connect_the_dots, log_add_exp};
+
+/// The most grid points a discretised PLD or an FFT may have (2^26 f64 = 512 MiB).
+const MAX_GRID_POINTS: u64 = 1 << 26;
+
+/// Invalid input to the PLD accountant.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PldError {
+    #[error(transparent)]
+    Accountant(#[from] AccountantError),
+    #[error("the sampling rate must lie in (0, 1], got {0}")]
+    InvalidSamplingRate(f64),
+    #[error("the value discretisation interval must be a finite number greater than 0, got {0}")]
+    InvalidInterval(f64),
+    #[error("the log mass truncation bound must be a finite number below 0, got {0}")]
+    InvalidLogMassTruncationBound(f64),
+    #[error("the tail mass truncation must lie in [0, 1e-3], got {0}")]
+    InvalidTailMassTruncation(f64),
+    #[error("PLDs with different configurations cannot be composed")]
+    IncompatibleConfigs,
+    #[error(
+        "a PMF needs at least one finite-loss entry, all masses in [0, 1] and total mass at most 1"
+    )]
+    InvalidPmf,
+    #[error(
+        "the PLD would need {0} grid points, more than the limit of {MAX_GRID_POINTS}; use a coarser discretisation interval"
+    )]
+    TooManyGridPoints(u64),
+}
+
+/// Discretisation and truncation settings; the defaults are dp_accounting's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PldConfig {
+    /// Grid step Δ of the privacy loss (default 1e-4). Error and cost scale with it.
+    pub value_discretization_interval: f64,
+    /// ln of the noise mass each tail may lose when a mechanism is discretised (default −50);
+    /// what lies beyond goes to the +∞ atom.
+    pub log_mass_truncation_bound: f64,
+    /// Mass a composition may cut from its two tails together (default 1e-15), moved
+    /// pessimistically (low tail onto the lowest kept loss, high tail to +∞).
+    pub tail_mass_truncation: f64,
+}
+
+impl Default for PldConfig {
+    fn default() -> Self {
+        Self {
+            value_discretization_interval: 1e-4,
+            log_mass_truncation_bound: -50.0,
+            tail_mass_truncation: 1e-15,
+        }
+    }
+}
+
+impl PldConfig {
+    pub fn validate(&self) -> Result<(), PldError> {
+        let d = self.value_discretization_interval;
+        if !(d.is_finite() && d > 0.0) {
+            return Err(PldError::InvalidInterval(d));
+        }
+        let b = self.log_mass_truncation_bound;
+        if !(b.is_finite() && b < 0.0) {
+            return Err(PldError::InvalidLogMassTruncationBound(b));
+        }
+        let t = self.tail_mass_truncation;
+        if !(0.0..=1e-3).contains(&t) {
+            return Err(PldError::InvalidTailMassTruncation(t));
+        }
+        Ok(())
+    }
+}
+
+/// A mechanism with L2 sensitivity 1 under the chosen neighbour relation: the noise
+/// multiplier is noise std / that sensitivity (for a sum clipped to C: C for add/remove,
+/// 2C for substitute).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mechanism")]
+pub enum Mechanism {
+    /// N(0, s²) noise on the released value.
+    Gaussian { noise_multiplier: f64 },
+    /// Each row enters the sum independently with probability `sampling_rate`, then Gaussian
+    /// noise. Add/remove: (1−q)N(0,s²) + qN(1,s²) against N(0,s²) in both orders; substitute:
+    /// (1−q)N(0,s²) + qN(−½,s²) against (1−q)N(0,s²) + qN(½,s²) (the row moves by the
+    /// sensitivity 1), which is symmetric.
+    PoissonGaussian {
+        noise_multiplier: f64,
+        sampling_rate: f64,
+    },
+}
+
+impl Mechanism {
+    /// (s, q) after validation; the plain Gaussian is q = 1.
+    fn parameters(&self) -> Result<(f64, f64), PldError> {
+        let (s, q) = match *self {
+            Mechanism::Gaussian { noise_multiplier } => (noise_multiplier, 1.0),
+            Mechanism::PoissonGaussian {
+                noise_multiplier,
+                sampling_rate,
+            } => (noise_multiplier, sampling_rate),
+        };
+        check_noise_multiplier(s)?;
+        if !(q > 0.0 && q <= 1.0) {
+            return Err(PldError::InvalidSamplingRate(q));
+        }
+        Ok((s, q))
+    }
+}
+
+/// A discretised privacy-loss distribution of one direction of a dominating pair.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pld {
+    config: PldConfig,
+    /// The loss of `probs[i]` is (offset + i)·Δ.
+    offset: i64,
+    probs: Vec<f64>,
+    infinity_mass: f64,
+}
+
+impl Pld {
+    /// A PLD from its PMF: mass `probs[i]` at loss (offset + i)·Δ and `infinity_mass` at +∞.
+    /// The caller vouches that it is (or dominates) the PLD of a pair of distributions.
+    pub fn from_pmf(
+        config: PldConfig,
+        offset: i64,
+        probs: Vec<f64>,
+        infinity_mass: f64,
+    ) -> Result<Self, PldError> {
+        config.validate()?;
+        let total: f64 = probs.iter().sum::<f64>() + infinity_mass;
+        let in_unit = |p: &f64| (0.0..=1.0).contains(p);
+        if probs.is_empty()
+            || !probs.iter().all(in_unit)
+            || !in_unit(&infinity_mass)
+            || total > 1.0 + 1e-9
+        {
+            return Err(PldError::InvalidPmf);
+        }
+        Ok(Self {
+            config,
+            offset,
+            probs,
+            infinity_mass,
+        })
+    }
+
+    /// The PLD of no release: loss 0 with probability 1.
+    pub fn identity(config: PldConfig) -> Result<Self, PldError> {
+        Self::from_pmf(config, 0, vec![1.0], 0.0)
+    }
+
+    pub fn config(&self) -> PldConfig {
+        self.config
+    }
+
+    /// The grid index of the first entry of [`Pld::probs`].
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    pub fn probs(&self) -> &[f64] {
+        &self.probs
+    }
+
+    pub fn infinity_mass(&self) -> f64 {
+        self.infinity_mass
+    }
+
+    fn loss(&self, i: usize) -> f64 {
+        (self.offset + i as i64) as f64 * self.config.value_discretization_interval
+    }
+
+    /// Connect-the-Dots discretisation of one direction of a subsampled Gaussian, on the
+    /// losses of the outcome range kept by the log mass truncation bound.
+    fn from_curve(curve: &SubsampledGaussian, config: PldConfig) -> Result<Self, PldError> {
+        let d = config.value_discretization_interval;
+        let (x_lo, x_hi) = curve.outcome_range(config.log_mass_truncation_bound);
+        let i_lo = (curve.loss(x_hi) / d).floor();
+        let i_hi = (curve.loss(x_lo) / d).ceil();
+        let n = i_hi - i_lo + 1.0;
+        if !n.is_finite() || n > MAX_GRID_POINTS as f64 {
+            return Err(PldError::TooManyGridPoints(n.min(u64::MAX as f64) as u64));
+        }
+        let offset = i_lo as i64;
+        let deltas = (0..n as i64)
+            .map(|i| curve.delta((offset + i) as f64 * d))
+            .collect();
+        let (probs, infinity_mass) = connect_the_dots(d, deltas);
+        Ok(Self {
+            config,
+            offset,
+            probs,
+            infinity_mass,
+        })
+    }
+
+    /// The PLD of this and `other` composed (independent releases): FFT convolution, then
+    /// each tail cut by at most `tail_mass_truncation`/2, pessimistically.
+    pub fn compose(&self, other: &Pld) -> Result<Pld, PldError> {
+        if self.config != other.config {
+            return Err(PldError::IncompatibleConfigs);
+        }
+        check_size((self.probs.len() + other.probs.len()) as u64)?;
+        let probs = fft::convolve(&self.probs, &other.probs);
+        let infinity_mass =
+            self.infinity_mass + other.infinity_mass - self.infinity_mass * other.infinity_mass;
+        Ok(self.truncated(self.offset + other.offset, probs, infinity_mass))
+    }
+
+    /// The PLD of k independent copies: one FFT, its k-th power and one inverse, on a window
+    /// that keeps all but `tail_mass_truncation` of the mass (Chernoff bound); k = 0 is the
+    /// identity.
+    pub fn self_compose(&self, k: u64) -> Result<Pld, PldError> {
+        if k == 0 {
+            return Self::identity(self.config);
+        }
+        if k == 1 {
+            return Ok(self.clone());
+        }
+        let tail = self.config.tail_mass_truncation;
+        let (lo, hi) = fft::chernoff_window(&self.probs, k, tail);
+        check_size((hi - lo + 1).max(self.probs.len() as u64))?;
+        let mut probs = fft::self_convolve_window(&self.probs, k, lo, hi);
+        for p in &mut probs {
+            *p = p.max(0.0);
+        }
+        // 1 − (1 − p∞)^k, plus the bound on the high tail folded into the window.
+        let infinity_mass = -(k as f64 * (-self.infinity_mass).ln_1p()).exp_m1() + 0.5 * tail;
+        Ok(Pld {
+            config: self.config,
+            offset: self.offset * k as i64 + lo as i64,
+            probs,
+            infinity_mass: infinity_mass.min(1.0),
+        })
+    }
+
+    /// Cuts each tail of a fresh convolution by at most half the tail mass truncation: the
+    /// low tail onto the lowest kept loss, the high tail to +∞ (FFT noise set to 0 first).
+    fn truncated(&self, offset: i64, mut probs: Vec<f64>, infinity_mass: f64) -> Pld {
+        for p in &mut probs {
+            *p = p.max(0.0);
+        }
+        let half = 0.5 * self.config.tail_mass_truncation;
+        let prefix = |it: &mut dyn Iterator<Item = &f64>| {
+            let mut sum = 0.0;
+            it.take_while(|&&p| {
+                sum += p;
+                sum <= half
+            })
+            .count()
+        };
+        let left = prefix(&mut probs.iter());
+        let right = prefix(&mut probs.iter().rev()).min(probs.len() - left - 1);
+        let high: f64 = probs[probs.len() - right..].iter().sum();
+        probs.truncate(probs.len() - right);
+        let low: f64 = probs[..left].iter().sum();
+        probs.drain(..left);
+        probs[0] += low;
+        Pld {
+            config: self.config,
+            offset: offset + left as i64,
+            probs,
+            infinity_mass: (infinity_mass + high).min(1.0),
+        }
+    }
+
+    /// The hockey-stick divergence δ(ε) = p(∞) + Σ_{l>ε} p(l)(1 − e^{ε−l}).
+    pub fn delta(&self, epsilon: f64) -> f64 {
+        let tail: f64 = self
+            .probs
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &p)| (self.loss(i), p))
+            .take_while(|&(l, _)| l > epsilon)
+            .map(|(l, p)| -p * (epsilon - l).exp_m1())
+            .sum();
+        (self.infinity_mass + tail).min(1.0)
+    }
+
+    /// The smallest ε ≥ 0 with δ(ε) ≤ `delta`, exactly for this PMF (+∞ if the +∞ atom alone
+    /// exceeds `delta`). Between grid losses δ(ε) = U − e^ε·W with U = p(∞) + Σ_{l>ε} p(l) and
+    /// W = Σ_{l>ε} p(l)e^{−l}, so ε = ln(U − δ) − ln W on the piece where that lands (W kept
+    /// as a logarithm: e^{−l} underflows for l > 745).
+    pub fn epsilon(&self, delta: f64) -> f64 {
+        if self.infinity_mass > delta {
+            return f64::INFINITY;
+        }
+        let (mut upper, mut ln_lower) = (self.infinity_mass, f64::NEG_INFINITY);
+        for i in (0..self.probs.len()).rev() {
+            let l = self.loss(i);
+            if upper > delta && (upper - delta).ln() - ln_lower >= l {
+                break;
+            }
+            let p = self.probs[i];
+            upper += p;
+            ln_lower = log_add_exp(ln_lower, p.ln() - l);
+        }
+        if upper <= delta {
+            0.0
+        } else {
+            ((upper - delta).ln() - ln_lower).max(0.0)
+        }
+    }
+}
+
+fn check_size(n: u64) -> Result<(), PldError> {
+    if n > MAX_GRID_POINTS {
+        Err(PldError::TooManyGridPoints(n))
+    } else {
+        Ok(())
+    }
+}
+
+/// The PLDs of both directions of a dominating pair: `remove` (the differing row is in the
+/// data set of the upper distribution) and `add` (None when the pair is symmetric and it
+/// equals `remove`). ε and δ are the worse of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PldPair {
+    remove: Pld,
+    add: Option<Pld>,
+}
+
+impl PldPair {
+    /// The discretised PLD of one release of `mechanism` under `neighbours`.
+    pub fn from_mechanism(
+        mechanism: &Mechanism,
+        neighbours: Neighbours,
+        config: PldConfig,
+    ) -> Result<Self, PldError> {
+        config.validate()?;
+        let (s, q) = mechanism.parameters()?;
+        let curve = |direction| Pld::from_curve(&SubsampledGaussian { s, q, direction }, config);
+        Ok(match neighbours {
+            // Unsampled, add and remove are mirror images with the same PLD.
+            Neighbours::AddRemove if q == 1.0 => Self {
+                remove: curve(Direction::Remove)?,
+                add: None,
+            },
+            Neighbours::AddRemove => Self {
+                remove: curve(Direction::Remove)?,
+                add: Some(curve(Direction::Add)?),
+            },
+            Neighbours::Substitute => Self {
+                remove: curve(Direction::Substitute)?,
+                add: None,
+            },
+        })
+    }
+
+    /// A heterogeneous composition: `count` releases of each mechanism.
+    pub fn from_releases(
+        releases: &[(Mechanism, u64)],
+        neighbours: Neighbours,
+        config: PldConfig,
+    ) -> Result<Self, PldError> {
+        let mut total = Self {
+            remove: Pld::identity(config)?,
+            add: None,
+        };
+        for (mechanism, count) in releases {
+            let one = Self::from_mechanism(mechanism, neighbours, config)?;
+            total = total.compose(&one.self_compose(*count)?)?;
+        }
+        Ok(total)
+    }
+
+    pub fn remove(&self) -> &Pld {
+        &self.remove
+    }
+
+    /// The add direction (the remove one when the pair is symmetric).
+    pub fn add(&self) -> &Pld {
+        self.add.as_ref().unwrap_or(&self.remove)
+    }
+
+    /// Both directions composed with `other`'s.
+    pub fn compose(&self, other: &PldPair) -> Result<PldPair, PldError> {
+        let remove = self.remove.compose(&other.remove)?;
+        let add = if self.add.is_none() && other.add.is_none() {
+            None
+        } else {
+            Some(self.add().compose(other.add())?)
+        };
+        Ok(Self { remove, add })
+    }
+
+    /// k copies composed (k = 0: no release).
+    pub fn self_compose(&self, k: u64) -> Result<PldPair, PldError> {
+        Ok(Self {
+            remove: self.remove.self_compose(k)?,
+            add: self.add.as_ref().map(|a| a.self_compose(k)).transpose()?,
+        })
+    }
+
+    /// δ at ε (finite, > 0): the larger of the two directions.
+    pub fn delta(&self, epsilon: f64) -> Result<f64, PldError> {
+        check_epsilon(epsilon)?;
+        Ok(self.remove.delta(epsilon).max(self.add().delta(epsilon)))
+    }
+
+    /// The smallest ε ≥ 0 with δ(ε) ≤ `delta` in both directions (δ in (0, 1)).
+    pub fn epsilon(&self, delta: f64) -> Result<f64, PldError> {
+        check_delta(delta)?;
+        Ok(self.remove.epsilon(delta).max(self.add().epsilon(delta)))
+    }
+}
