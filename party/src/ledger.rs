@@ -66,6 +66,8 @@ enum Entry {
 pub struct Ledger {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// On disk (fsync'd commits) rather than in memory.
+    durable: bool,
 }
 
 fn storage(path: &Path, e: rusqlite::Error) -> LedgerError {
@@ -111,7 +113,7 @@ impl Ledger {
         let conn = Connection::open(path).map_err(|e| storage(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| storage(path, e))?;
-        Self::start(conn, path)
+        Self::start(conn, path, true)
     }
 
     /// A ledger that lives in memory only: the same code path without the fsync, for
@@ -120,10 +122,14 @@ impl Ledger {
     pub fn in_memory() -> Result<Ledger, LedgerError> {
         let path = Path::new(":memory:");
         let conn = Connection::open_in_memory().map_err(|e| storage(path, e))?;
-        Ok(Self::start(conn, path)?.0)
+        Ok(Self::start(conn, path, false)?.0)
     }
 
-    fn start(conn: Connection, path: &Path) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
+    fn start(
+        conn: Connection,
+        path: &Path,
+        durable: bool,
+    ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| storage(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| storage(path, e))?;
@@ -132,6 +138,7 @@ impl Ledger {
             Ledger {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
+                durable,
             },
             runs,
         ))
@@ -146,9 +153,13 @@ impl Ledger {
             let mut conn = self.conn.lock().expect("ledger lock");
             write_entry(&mut conn, &entry).map_err(|e| storage(&self.path, e))
         };
-        let result = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),
-            _ => write(),
+        // Moving the worker aside costs a thread hand-off: worth it only around an fsync.
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let result = if self.durable && multi_thread {
+            tokio::task::block_in_place(write)
+        } else {
+            write()
         };
         if let Err(e) = &result {
             tracing::error!(error = %e, "ledger commit failed; nothing is answered");
