@@ -387,6 +387,8 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
     )
     .await;
 
+    // Our connections must close before the servers can finish their graceful shutdown.
+    drop(federation);
     for p in served {
         let _ = p.stop.send(());
         p.task.await??;

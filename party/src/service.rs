@@ -1,7 +1,10 @@
 //! The gRPC face of a party: authenticate, decode, call the node, map errors to statuses.
 //! No business logic lives here.
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+use futures::Stream;
 
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_proto::MAX_MESSAGE_BYTES;
@@ -9,7 +12,7 @@ use fedmcmc_proto::v1 as pb;
 use pb::party_server::{Party, PartyServer};
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
@@ -77,8 +80,28 @@ fn step_key(key: Option<pb::StepKey>) -> Result<StepKey, Status> {
     })
 }
 
+/// One log-likelihood-ratio query, shared by the unary and the streamed call.
+async fn log_lik_ratio(
+    node: &PartyNode,
+    req: pb::LogLikRatioRequest,
+) -> Result<pb::Contribution, Status> {
+    let key = step_key(req.key)?;
+    let c = node
+        .log_lik_ratio(&key, &req.theta, &req.theta_proposed)
+        .await?;
+    Ok(pb::Contribution {
+        value: c.value,
+        noise_variance: c.noise_variance,
+        replayed: c.replayed,
+    })
+}
+
+type ReplyStream = Pin<Box<dyn Stream<Item = Result<pb::StepReply, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl Party for PartyService {
+    type LogLikRatioStreamStream = ReplyStream;
+
     async fn describe(
         &self,
         _request: Request<pb::DescribeRequest>,
@@ -159,17 +182,38 @@ impl Party for PartyService {
         &self,
         request: Request<pb::LogLikRatioRequest>,
     ) -> Result<Response<pb::Contribution>, Status> {
-        let req = request.into_inner();
-        let key = step_key(req.key)?;
-        let c = self
-            .node
-            .log_lik_ratio(&key, &req.theta, &req.theta_proposed)
-            .await?;
-        Ok(Response::new(pb::Contribution {
-            value: c.value,
-            noise_variance: c.noise_variance,
-            replayed: c.replayed,
-        }))
+        Ok(Response::new(
+            log_lik_ratio(&self.node, request.into_inner()).await?,
+        ))
+    }
+
+    async fn log_lik_ratio_stream(
+        &self,
+        request: Request<Streaming<pb::LogLikRatioRequest>>,
+    ) -> Result<Response<ReplyStream>, Status> {
+        let state = Some((Arc::clone(&self.node), request.into_inner()));
+        // Requests are answered one at a time, in order; a transport error ends the stream.
+        let replies = futures::stream::unfold(state, |state| async move {
+            let (node, mut inbound) = state?;
+            match inbound.message().await {
+                Ok(Some(req)) => {
+                    let result = match log_lik_ratio(&node, req).await {
+                        Ok(c) => pb::step_reply::Result::Contribution(c),
+                        Err(s) => pb::step_reply::Result::Refusal(pb::Refusal {
+                            code: s.code() as i32,
+                            message: s.message().to_string(),
+                        }),
+                    };
+                    let reply = pb::StepReply {
+                        result: Some(result),
+                    };
+                    Some((Ok(reply), Some((node, inbound))))
+                }
+                Ok(None) => None,
+                Err(status) => Some((Err(status), None)),
+            }
+        });
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn close_run(

@@ -501,3 +501,60 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     assert!(!next.replayed);
     party.stop().await;
 }
+
+#[tokio::test]
+async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let mut c = party.client().await;
+    let grant = open(
+        &mut c,
+        &party.fingerprint,
+        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
+    )
+    .await
+    .unwrap();
+    let req = |step: u64, theta: Vec<f64>| pb::LogLikRatioRequest {
+        key: Some(pb::StepKey {
+            run_id: grant.run_id.clone(),
+            chain: 0,
+            step,
+        }),
+        theta,
+        theta_proposed: PROP.to_vec(),
+    };
+    let requests = vec![
+        req(0, TH.to_vec()),
+        req(1, vec![f64::NAN, 3.0]),
+        req(0, TH.to_vec()),
+        req(1, TH.to_vec()),
+        req(3, TH.to_vec()),
+    ];
+    let mut replies = c
+        .log_lik_ratio_stream(futures::stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = replies.message().await.unwrap() {
+        got.push(r.result.unwrap());
+    }
+    use pb::step_reply::Result as R;
+    assert_eq!(got.len(), 5);
+    let first = match &got[0] {
+        R::Contribution(c) => c.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(&got[1], R::Refusal(r) if r.code == Code::InvalidArgument as i32));
+    assert!(matches!(&got[2], R::Contribution(c) if c.replayed && c.value == first.value));
+    assert!(matches!(&got[3], R::Contribution(c) if !c.replayed));
+    assert!(matches!(&got[4], R::Refusal(r) if r.code == Code::FailedPrecondition as i32));
+
+    let mut anon = party.client_with(None).await;
+    let err = anon
+        .log_lik_ratio_stream(futures::stream::iter(vec![req(2, TH.to_vec())]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    party.stop().await;
+}

@@ -1,8 +1,15 @@
 //! Parties over gRPC: the generated client, a bearer token, retries of idempotent steps.
+//!
+//! Steps travel on one long-lived stream per chain (`LogLikRatioStream`), which skips the
+//! per-call setup of a unary call; a broken stream is reopened and the same step resent.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
+use tokio::sync::{Mutex as AsyncMutex, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -27,12 +34,22 @@ impl tonic::service::Interceptor for Bearer {
 
 type Client = PartyClient<InterceptedService<Channel, Bearer>>;
 
-pub struct GrpcParty {
-    client: Client,
+/// An open step stream: requests go in through `requests`, replies come back in order.
+struct StepStream {
+    requests: mpsc::Sender<pb::LogLikRatioRequest>,
+    replies: tonic::Streaming<pb::StepReply>,
 }
 
-/// How often a step is retried when the party is unreachable. Retrying the same
-/// (run, chain, step) is safe: the party answers a retry with its stored answer.
+/// The stream of one chain, opened on first use.
+type StreamSlot = Arc<AsyncMutex<Option<StepStream>>>;
+
+pub struct GrpcParty {
+    client: Client,
+    streams: Mutex<HashMap<u32, StreamSlot>>,
+}
+
+/// How often a step is tried when its stream fails. Resending the same (run, chain, step)
+/// is safe: the party answers a retry with its stored answer.
 const STEP_ATTEMPTS: u32 = 4;
 
 impl GrpcParty {
@@ -55,7 +72,48 @@ impl GrpcParty {
         })?;
         Ok(GrpcParty {
             client: PartyClient::with_interceptor(channel, Bearer(header)),
+            streams: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn slot(&self, chain: u32) -> StreamSlot {
+        let mut streams = self.streams.lock().expect("streams lock");
+        Arc::clone(streams.entry(chain).or_default())
+    }
+
+    /// Sends one request on the chain's stream (opening it if needed) and waits for its
+    /// reply. Any transport failure drops the stream, so a retry starts a fresh one.
+    async fn exchange(
+        &self,
+        slot: &mut Option<StepStream>,
+        request: pb::LogLikRatioRequest,
+    ) -> Result<pb::StepReply, Status> {
+        if slot.is_none() {
+            let (requests, inbound) = mpsc::channel(1);
+            let replies = self
+                .client
+                .clone()
+                .log_lik_ratio_stream(ReceiverStream::new(inbound))
+                .await?
+                .into_inner();
+            *slot = Some(StepStream { requests, replies });
+        }
+        let stream = slot.as_mut().expect("stream just opened");
+        let reply = match stream.requests.send(request).await {
+            Ok(()) => stream.replies.message().await,
+            Err(_) => Err(Status::unavailable("the step stream is closed")),
+        };
+        match reply {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => {
+                *slot = None;
+                Err(Status::unavailable("the party ended the step stream"))
+            }
+            Err(e) => {
+                *slot = None;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -148,47 +206,57 @@ impl PartyHandle for GrpcParty {
             theta: theta.to_vec(),
             theta_proposed: theta_prop.to_vec(),
         };
+        let slot = self.slot(chain);
+        let mut stream = slot.lock().await;
         let mut attempt = 1;
-        loop {
-            match self.client.clone().log_lik_ratio(request.clone()).await {
-                Ok(r) => {
-                    let c = r.into_inner();
-                    let value = match c.value.as_slice() {
-                        [v] if v.is_finite() => *v,
-                        _ => {
-                            return Err(CallError {
-                                kind: CallErrorKind::Other,
-                                message: format!("malformed contribution {:?}", c.value),
-                            });
-                        }
-                    };
-                    if !(c.noise_variance.is_finite() && c.noise_variance >= 0.0) {
-                        return Err(CallError {
-                            kind: CallErrorKind::Other,
-                            message: format!("malformed noise variance {}", c.noise_variance),
-                        });
-                    }
-                    return Ok(Answer {
-                        value,
-                        noise_variance: c.noise_variance,
-                    });
-                }
-                Err(s) if s.code() == Code::Unavailable && attempt < STEP_ATTEMPTS => {
-                    tracing::warn!(
-                        chain,
-                        step,
-                        attempt,
-                        "party unavailable, retrying the same step"
-                    );
+        let reply = loop {
+            match self.exchange(&mut stream, request.clone()).await {
+                Ok(reply) => break reply,
+                Err(s) if attempt < STEP_ATTEMPTS => {
+                    tracing::warn!(chain, step, attempt, error = %s, "step stream failed, resending the same step");
                     tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
                     attempt += 1;
                 }
                 Err(s) => return Err(s.into()),
             }
+        };
+        let c = match reply.result {
+            Some(pb::step_reply::Result::Contribution(c)) => c,
+            Some(pb::step_reply::Result::Refusal(r)) => {
+                return Err(Status::new(Code::from_i32(r.code), r.message).into());
+            }
+            None => {
+                return Err(CallError {
+                    kind: CallErrorKind::Other,
+                    message: "empty step reply".into(),
+                });
+            }
+        };
+        let value = match c.value.as_slice() {
+            [v] if v.is_finite() => *v,
+            _ => {
+                return Err(CallError {
+                    kind: CallErrorKind::Other,
+                    message: format!("malformed contribution {:?}", c.value),
+                });
+            }
+        };
+        if !(c.noise_variance.is_finite() && c.noise_variance >= 0.0) {
+            return Err(CallError {
+                kind: CallErrorKind::Other,
+                message: format!("malformed noise variance {}", c.noise_variance),
+            });
         }
+        Ok(Answer {
+            value,
+            noise_variance: c.noise_variance,
+        })
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        // End the step streams: the run's steps are over, and a party shutting down
+        // gracefully waits for open streams.
+        self.streams.lock().expect("streams lock").clear();
         let c = self
             .client
             .clone()
