@@ -2,7 +2,11 @@
 //! input must give one sentence on stderr, nothing on stdout and a non-zero exit.
 use std::process::{Command, Output};
 
-use fedmcmc_common::accountant::{Accountant, GaussianComposition, calibrate, max_releases};
+use fedmcmc_common::accountant::{
+    Accountant, Choice, Composition, GaussianComposition, MechanismKind, Method, Release,
+    calibrate, max_releases,
+};
+use fedmcmc_common::neighbours::Neighbours;
 use serde_json::Value;
 
 fn coordinator(args: &[&str]) -> Output {
@@ -208,7 +212,7 @@ fn bad_input_is_refused_with_one_sentence() {
             "--delta",
             "0.1",
             "--accountant",
-            "rdp",
+            "renyi",
         ],
     ];
     for args in cases {
@@ -237,4 +241,232 @@ fn bad_input_is_refused_with_one_sentence() {
         String::from_utf8(out.stderr).unwrap().trim_end(),
         "error: delta must lie strictly between 0 and 1, got 1.5"
     );
+}
+
+fn poisson(s: f64, q: f64, count: f64) -> Release {
+    Release {
+        mechanism: MechanismKind::PoissonGaussian { sampling_rate: q },
+        noise_multiplier: s,
+        count,
+    }
+}
+
+#[test]
+fn poisson_gaussian_with_pld_and_rdp() {
+    let c = Composition::new(vec![poisson(1.0, 0.01, 1000.0)], Neighbours::AddRemove).unwrap();
+    for m in [Method::Pld, Method::Rdp] {
+        let v = json(&[
+            "privacy",
+            "epsilon",
+            "--mechanism",
+            "poisson-gaussian",
+            "--sampling-rate",
+            "0.01",
+            "--noise-multiplier",
+            "1",
+            "--releases",
+            "1000",
+            "--delta",
+            "1e-5",
+            "--neighbours",
+            "add-remove",
+            "--accountant",
+            m.key(),
+        ]);
+        let want = Choice::Only(m).epsilon(&c, 1e-5).unwrap().estimate;
+        assert_eq!(num(&v, "epsilon"), want.value);
+        assert_eq!(v["accountant"], m.key());
+        assert_eq!(v["method"], m.name());
+        assert_eq!(v["error"]["statement"], want.error.to_string());
+        assert!(v.get("candidates").is_none() && v.get("mu").is_none());
+    }
+    let v = json(&[
+        "privacy",
+        "max-iterations",
+        "--mechanism",
+        "poisson-gaussian",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "1",
+        "--epsilon",
+        "2",
+        "--delta",
+        "1e-5",
+        "--neighbours",
+        "add-remove",
+        "--accountant",
+        "pld",
+    ]);
+    let k = v["releases"].as_u64().unwrap();
+    assert!(num(&v, "delta_at_releases") <= 1e-5 && 1e-5 < num(&v, "delta_at_next"));
+    let at_k = Composition::new(vec![poisson(1.0, 0.01, k as f64)], Neighbours::AddRemove).unwrap();
+    let d = Choice::Only(Method::Pld)
+        .delta(&at_k, 2.0)
+        .unwrap()
+        .estimate
+        .value;
+    assert_eq!(d, num(&v, "delta_at_releases"));
+    assert_eq!(v["error"]["kind"], "discretisation");
+}
+
+#[test]
+fn heterogeneous_releases_with_the_best_accountant() {
+    let gaussian = "mechanism=gaussian,noise-multiplier=20,count=50";
+    let sub = "mechanism=poisson-gaussian,noise-multiplier=1.2,count=300,sampling-rate=0.02";
+    let v = json(&[
+        "privacy",
+        "epsilon",
+        "--release",
+        gaussian,
+        "--release",
+        sub,
+        "--neighbours",
+        "add-remove",
+        "--delta",
+        "1e-6",
+    ]);
+    let releases: Vec<Release> = [gaussian, sub].iter().map(|r| r.parse().unwrap()).collect();
+    let c = Composition::new(releases, Neighbours::AddRemove).unwrap();
+    let best = Choice::Best.epsilon(&c, 1e-6).unwrap();
+    assert_eq!(num(&v, "epsilon"), best.estimate.value);
+    assert_eq!(v["requested_accountant"], "best");
+    let candidates = v["candidates"].as_array().unwrap();
+    let keys: Vec<&str> = candidates
+        .iter()
+        .map(|c| c["accountant"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["rdp", "pld"]);
+    for c in candidates {
+        assert!(num(&v, "epsilon") <= num(c, "epsilon"));
+    }
+    assert_eq!(v["release_groups"].as_array().unwrap().len(), 2);
+
+    // The same groups as a fixed prefix leave fewer iterations than none.
+    let args = |prefix: bool| {
+        let mut a = vec![
+            "privacy",
+            "max-iterations",
+            "--noise-multiplier",
+            "3",
+            "--epsilon",
+            "4",
+            "--delta",
+            "1e-6",
+            "--neighbours",
+            "add-remove",
+        ];
+        if prefix {
+            a.extend(["--release", gaussian, "--release", sub]);
+        }
+        json(&a)["releases"].as_u64().unwrap()
+    };
+    assert!(args(true) < args(false));
+}
+
+#[test]
+fn invalid_combinations_are_refused_with_one_sentence() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "privacy",
+                "epsilon",
+                "--mechanism",
+                "poisson-gaussian",
+                "--sampling-rate",
+                "0.01",
+                "--noise-multiplier",
+                "1",
+                "--releases",
+                "10",
+                "--delta",
+                "1e-5",
+                "--accountant",
+                "analytic",
+            ],
+            "error: the analytic accountant does not cover poisson-gaussian releases under \
+             substitute neighbours: it covers plain Gaussian releases only",
+        ),
+        (
+            &[
+                "privacy",
+                "epsilon",
+                "--mechanism",
+                "batch-gaussian",
+                "--batch",
+                "100",
+                "--population",
+                "10000",
+                "--noise-multiplier",
+                "1",
+                "--releases",
+                "10",
+                "--delta",
+                "1e-5",
+                "--neighbours",
+                "add-remove",
+                "--accountant",
+                "pld",
+            ],
+            "error: the pld accountant does not cover batch-gaussian releases under add-remove \
+             neighbours: it has no dominating pair for sampling without replacement",
+        ),
+        (
+            &[
+                "privacy",
+                "max-iterations",
+                "--mechanism",
+                "batch-gaussian",
+                "--batch",
+                "100",
+                "--population",
+                "10000",
+                "--noise-multiplier",
+                "1",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--neighbours",
+                "add-remove",
+            ],
+            "error: no accountant covers batch-gaussian releases under add-remove neighbours",
+        ),
+        (
+            &[
+                "privacy",
+                "calibrate",
+                "--mechanism",
+                "gaussian",
+                "--sampling-rate",
+                "0.1",
+                "--releases",
+                "10",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+            ],
+            "error: gaussian takes no sampling rate, batch or population",
+        ),
+        (
+            &[
+                "privacy",
+                "delta",
+                "--release",
+                "mechanism=gaussian,count=3",
+                "--epsilon",
+                "1",
+            ],
+            "error: invalid value 'mechanism=gaussian,count=3' for '--release <SPEC>': a \
+             release needs the field 'noise-multiplier'",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = coordinator(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end(), want, "{args:?}");
+    }
 }

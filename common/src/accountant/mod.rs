@@ -5,7 +5,15 @@
 //! [`Accountant`] turns μ into (ε, δ) statements: the tight analytic Gaussian privacy-loss
 //! curve (seed 003 Thm 3.2, 4.3) or the looser zCDP conversion (Thm 2.5, 3.1).
 //! [`max_releases`] is seed 003 Alg. 2; [`calibrate`] inverts it for the noise.
+//!
+//! Beyond plain Gaussian releases: a [`Composition`] of [`Release`]s of any mechanism
+//! (Gaussian, Poisson-subsampled, batch without replacement) is accounted by a [`Method`]
+//! (analytic, zCDP, RDP, PLD) into a [`Measure`] with explicit conversions to (ε, δ), and
+//! [`Choice`] (one method, or the tightest valid one) solves for ε, δ, the most releases or
+//! the least noise on any of them, each answer with its [`StatedError`].
+mod composition;
 mod gaussian;
+mod measure;
 pub mod pld;
 pub mod rdp;
 mod solve;
@@ -17,7 +25,12 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use composition::{
+    Answer, Choice, Composition, CompositionError, Estimate, Failure, MaxReleases, MechanismKind,
+    Method, Release,
+};
 pub use gaussian::{GaussianComposition, max_mu, mu_per_release};
+pub use measure::{Measure, StatedError};
 use solve::{next_down, next_up};
 
 /// Invalid input to an accountant; each message is one sentence naming the bad value.
@@ -84,9 +97,9 @@ pub(crate) fn check_mu(mu: f64) -> Result<(), AccountantError> {
 /// Largest integer every f64 up to which is exact; release counts beyond it are refused.
 const MAX_EXACT_COUNT: f64 = 9_007_199_254_740_992.0;
 
-/// How a composition of Gaussian releases is turned into an (ε, δ) guarantee. Both work on the
-/// composition's μ (= zCDP's ρ); accountants for subsampled mechanisms will need their own
-/// description of the releases and are meant to join this enum as further variants.
+/// How a composition of plain Gaussian releases is turned into an (ε, δ) guarantee. Both work
+/// on the composition's μ (= zCDP's ρ), which the party's ledger keeps. Compositions of other
+/// mechanisms go through [`Method`] / [`Choice`], whose `analytic` and `zcdp` are these two.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Accountant {

@@ -1,0 +1,777 @@
+//! Compositions of releases of any of the sampler's mechanisms, which accountant covers which,
+//! and the solvers over any of them: ε at δ, δ at ε, the most releases that fit and the least
+//! noise that fits (seed 003 Alg. 2 generalised from μ to any [`Measure`]).
+//!
+//! Coverage ([`Method`]): `analytic` and `zcdp` take plain Gaussian releases only (either
+//! relation; the multiplier is taken under the chosen one); `rdp` takes Gaussian, Poisson-
+//! subsampled Gaussian under add/remove (Mironov, Talwar, Zhang 2019) and batch Gaussian under
+//! substitution (Wang, Balle, Kasiviswanathan 2019 Thm 9/27); `pld` takes Gaussian and Poisson-
+//! subsampled Gaussian under either relation. The PLD refuses batches drawn without
+//! replacement: Balle, Barthe, Gaboardi 2018 Thm 10 bounds their privacy profile by
+//! γ·δ_G(ε) with γ = b/n, which is the profile of the *remove* direction of the Poisson
+//! add/remove pair, not of the Poisson-substitute pair (rows at ∓½ around a common centre).
+//! The latter under-reports: with every other row at −½ and the differing row +½ vs −½, a
+//! batch without replacement gives exactly (1−γ)N(0, s²) + γN(1, s²) against N(0, s²). And a
+//! profile bound alone is not a dominating pair that composes (Zhu, Dong, Wang 2022).
+//! `best` is the tightest of the accountants that cover a composition; every one of them is a
+//! valid upper bound (up to its [`StatedError`]), so their minimum is too.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use super::measure::{Measure, StatedError};
+use super::pld::{self, PldConfig, PldError, PldPair};
+use super::rdp::{RdpCurve, RdpError};
+use super::solve::{first_fitting, last_fitting};
+use super::{
+    Accountant, AccountantError, GaussianComposition, MAX_EXACT_COUNT, check_count, check_delta,
+    check_epsilon, check_noise_multiplier,
+};
+use crate::neighbours::Neighbours;
+
+/// Bad input, or a composition an accountant does not cover; each message is one sentence.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CompositionError {
+    #[error(transparent)]
+    Accountant(#[from] AccountantError),
+    #[error(transparent)]
+    Rdp(#[from] RdpError),
+    #[error(transparent)]
+    Pld(#[from] PldError),
+    #[error("the sampling rate must lie in (0, 1], got {0}")]
+    InvalidSamplingRate(f64),
+    #[error(
+        "the batch must hold between 1 and all {population} rows of the population, got {batch}"
+    )]
+    InvalidBatch { batch: u64, population: u64 },
+    #[error("{0}")]
+    InvalidRelease(String),
+    #[error(
+        "the {method} accountant does not cover {mechanism} releases under {neighbours} \
+         neighbours: {reason}"
+    )]
+    Unsupported {
+        method: &'static str,
+        mechanism: &'static str,
+        neighbours: &'static str,
+        reason: &'static str,
+    },
+    #[error("no accountant covers {mechanism} releases under {neighbours} neighbours")]
+    NoAccountant {
+        mechanism: &'static str,
+        neighbours: &'static str,
+    },
+    #[error("the pld accountant needs whole release counts, got {0}")]
+    FractionalCount(f64),
+    #[error("only privacy measures of the same kind compose")]
+    MixedMeasures,
+    #[error("the fixed releases alone already exceed the (epsilon, delta) budget")]
+    PrefixExceedsBudget,
+    #[error("the smallest noise multiplier that fits lies outside [{0:e}, {1:e}]")]
+    NoiseOutOfRange(f64, f64),
+    #[error("unknown accountant '{0}', expected 'analytic', 'zcdp', 'rdp', 'pld' or 'best'")]
+    UnknownAccountant(String),
+}
+
+/// How one release samples the data before its Gaussian noise (sensitivity 1 under the
+/// chosen neighbour relation; see [`pld::Mechanism`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "mechanism")]
+pub enum MechanismKind {
+    /// The whole data set.
+    Gaussian,
+    /// Each row independently with probability `sampling_rate` ∈ (0, 1].
+    PoissonGaussian { sampling_rate: f64 },
+    /// `batch` rows drawn without replacement from `population` (1 ≤ batch ≤ population).
+    BatchGaussian { batch: u64, population: u64 },
+}
+
+impl MechanismKind {
+    /// The command-line spelling.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MechanismKind::Gaussian => "gaussian",
+            MechanismKind::PoissonGaussian { .. } => "poisson-gaussian",
+            MechanismKind::BatchGaussian { .. } => "batch-gaussian",
+        }
+    }
+
+    /// From a name and exactly the parameters that mechanism takes.
+    pub fn from_parts(
+        name: &str,
+        sampling_rate: Option<f64>,
+        batch: Option<u64>,
+        population: Option<u64>,
+    ) -> Result<Self, CompositionError> {
+        let bad = |what: &str| Err(CompositionError::InvalidRelease(what.to_owned()));
+        let kind = match (name, sampling_rate, batch, population) {
+            ("gaussian", None, None, None) => MechanismKind::Gaussian,
+            ("poisson-gaussian", Some(sampling_rate), None, None) => {
+                MechanismKind::PoissonGaussian { sampling_rate }
+            }
+            ("batch-gaussian", None, Some(batch), Some(population)) => {
+                MechanismKind::BatchGaussian { batch, population }
+            }
+            ("gaussian", ..) => return bad("gaussian takes no sampling rate, batch or population"),
+            ("poisson-gaussian", ..) => {
+                return bad("poisson-gaussian needs a sampling rate and no batch or population");
+            }
+            ("batch-gaussian", ..) => {
+                return bad("batch-gaussian needs a batch and a population and no sampling rate");
+            }
+            _ => {
+                return Err(CompositionError::InvalidRelease(format!(
+                    "unknown mechanism '{name}', expected 'gaussian', 'poisson-gaussian' or \
+                     'batch-gaussian'"
+                )));
+            }
+        };
+        kind.validate()?;
+        Ok(kind)
+    }
+
+    fn validate(&self) -> Result<(), CompositionError> {
+        match *self {
+            MechanismKind::Gaussian => Ok(()),
+            MechanismKind::PoissonGaussian { sampling_rate: q } if !(q > 0.0 && q <= 1.0) => {
+                Err(CompositionError::InvalidSamplingRate(q))
+            }
+            MechanismKind::BatchGaussian { batch, population }
+                if batch == 0 || batch > population =>
+            {
+                Err(CompositionError::InvalidBatch { batch, population })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `count` releases of one mechanism with noise multiplier s (noise std / the L2 sensitivity
+/// of one release under the composition's neighbour relation). Counts may be fractional for
+/// every accountant but the PLD.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Release {
+    #[serde(flatten)]
+    pub mechanism: MechanismKind,
+    pub noise_multiplier: f64,
+    pub count: f64,
+}
+
+impl Release {
+    pub fn validate(&self) -> Result<(), CompositionError> {
+        self.mechanism.validate()?;
+        check_noise_multiplier(self.noise_multiplier)?;
+        check_count(self.count)?;
+        Ok(())
+    }
+}
+
+/// One field of a release spec parsed as `T`, if present.
+fn spec_field<T: FromStr>(
+    fields: &mut BTreeMap<&str, &str>,
+    key: &str,
+) -> Result<Option<T>, CompositionError> {
+    fields
+        .remove(key)
+        .map(|v| {
+            v.parse().map_err(|_| {
+                CompositionError::InvalidRelease(format!(
+                    "release field '{key}' has the invalid value '{v}'"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn spec_required<T: FromStr>(
+    fields: &mut BTreeMap<&str, &str>,
+    key: &str,
+) -> Result<T, CompositionError> {
+    spec_field(fields, key)?.ok_or_else(|| {
+        CompositionError::InvalidRelease(format!("a release needs the field '{key}'"))
+    })
+}
+
+impl FromStr for Release {
+    type Err = CompositionError;
+
+    /// `mechanism=…,noise-multiplier=…,count=…[,sampling-rate=…][,batch=…,population=…]`.
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let mut fields = BTreeMap::new();
+        for part in spec.split(',') {
+            let (key, value) = part.split_once('=').ok_or_else(|| {
+                CompositionError::InvalidRelease(format!("release field '{part}' is not key=value"))
+            })?;
+            if fields.insert(key.trim(), value.trim()).is_some() {
+                return Err(CompositionError::InvalidRelease(format!(
+                    "release field '{}' is given twice",
+                    key.trim()
+                )));
+            }
+        }
+        let name: String = spec_required(&mut fields, "mechanism")?;
+        let noise_multiplier = spec_required(&mut fields, "noise-multiplier")?;
+        let count = spec_required(&mut fields, "count")?;
+        let mechanism = MechanismKind::from_parts(
+            &name,
+            spec_field(&mut fields, "sampling-rate")?,
+            spec_field(&mut fields, "batch")?,
+            spec_field(&mut fields, "population")?,
+        )?;
+        if let Some(key) = fields.keys().next() {
+            return Err(CompositionError::InvalidRelease(format!(
+                "unknown release field '{key}', expected mechanism, noise-multiplier, count, \
+                 sampling-rate, batch or population"
+            )));
+        }
+        let release = Release {
+            mechanism,
+            noise_multiplier,
+            count,
+        };
+        release.validate()?;
+        Ok(release)
+    }
+}
+
+/// Independent releases on the same data, all under one neighbour relation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Composition {
+    releases: Vec<Release>,
+    neighbours: Neighbours,
+}
+
+impl Composition {
+    pub fn new(releases: Vec<Release>, neighbours: Neighbours) -> Result<Self, CompositionError> {
+        for r in &releases {
+            r.validate()?;
+        }
+        Ok(Self {
+            releases,
+            neighbours,
+        })
+    }
+
+    pub fn releases(&self) -> &[Release] {
+        &self.releases
+    }
+
+    pub fn neighbours(&self) -> Neighbours {
+        self.neighbours
+    }
+
+    /// This composition followed by `release`.
+    pub fn then(&self, release: Release) -> Result<Self, CompositionError> {
+        release.validate()?;
+        let mut releases = self.releases.clone();
+        releases.push(release);
+        Ok(Self {
+            releases,
+            neighbours: self.neighbours,
+        })
+    }
+
+    /// The plain-Gaussian summary μ = Σ count/(2s²), if every release is plain Gaussian.
+    pub fn gaussian(&self) -> Option<GaussianComposition> {
+        let parts: Option<Vec<_>> = self
+            .releases
+            .iter()
+            .map(|r| {
+                (r.mechanism == MechanismKind::Gaussian).then_some((r.count, r.noise_multiplier))
+            })
+            .collect();
+        GaussianComposition::from_releases(&parts?).ok()
+    }
+}
+
+/// One accountant for compositions of releases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// The tight Gaussian PLD ([`Accountant::Analytic`]); plain Gaussian releases only.
+    Analytic,
+    /// zCDP ([`Accountant::Zcdp`]); plain Gaussian releases only.
+    Zcdp,
+    /// Rényi DP ([`RdpCurve`]) with the improved conversion.
+    Rdp,
+    /// The numerical PLD ([`PldPair`]) with dp_accounting's default discretisation.
+    Pld,
+}
+
+impl Method {
+    /// In the order ties are resolved for [`Choice::Best`].
+    pub const ALL: [Method; 4] = [Method::Analytic, Method::Zcdp, Method::Rdp, Method::Pld];
+
+    /// The μ-based accountant behind this method, for plain Gaussian releases.
+    fn gaussian(self) -> Option<Accountant> {
+        match self {
+            Method::Analytic => Some(Accountant::Analytic),
+            Method::Zcdp => Some(Accountant::Zcdp),
+            Method::Rdp | Method::Pld => None,
+        }
+    }
+
+    /// The short name used on the command line.
+    pub fn key(self) -> &'static str {
+        match self.gaussian() {
+            Some(a) => a.key(),
+            None if self == Method::Rdp => "rdp",
+            None => "pld",
+        }
+    }
+
+    /// What the method is and which results it rests on, for reports.
+    pub fn name(self) -> &'static str {
+        match self.gaussian() {
+            Some(a) => a.name(),
+            None if self == Method::Rdp => {
+                "rdp-improved-conversion (Mironov 2017 Prop 1, 7; Mironov-Talwar-Zhang 2019; \
+                 Wang-Balle-Kasiviswanathan 2019 Thm 9, 27; Canonne-Kamath-Steinke 2020 Prop 12)"
+            }
+            None => "pld-connect-the-dots-fft (Koskela et al. 2020; Doroshenko et al. 2022 Alg. 1)",
+        }
+    }
+
+    /// The error bound this accountant states for `composition`.
+    pub fn stated_error(self, composition: &Composition) -> StatedError {
+        match self {
+            Method::Analytic => StatedError::ANALYTIC,
+            Method::Zcdp | Method::Rdp => StatedError::UpperBound,
+            Method::Pld => {
+                let c = PldConfig::default();
+                let k: f64 = composition.releases.iter().map(|r| r.count).sum();
+                // Each release group is one self-composition and one composition.
+                let compositions = 2.0 * composition.releases.len() as f64;
+                StatedError::Discretisation {
+                    epsilon_additive: k * c.value_discretization_interval,
+                    delta_shift: k * c.log_mass_truncation_bound.exp()
+                        + c.tail_mass_truncation * compositions,
+                }
+            }
+        }
+    }
+
+    fn unsupported(
+        self,
+        mechanism: MechanismKind,
+        neighbours: Neighbours,
+        reason: &'static str,
+    ) -> CompositionError {
+        CompositionError::Unsupported {
+            method: self.key(),
+            mechanism: mechanism.name(),
+            neighbours: neighbours.as_str(),
+            reason,
+        }
+    }
+
+    /// The measure of one release, or why this accountant does not cover it.
+    fn release_measure(
+        self,
+        mechanism: MechanismKind,
+        noise_multiplier: f64,
+        neighbours: Neighbours,
+    ) -> Result<Measure, CompositionError> {
+        use MechanismKind::*;
+        let s = noise_multiplier;
+        let pld_measure = |m: pld::Mechanism| {
+            PldPair::from_mechanism(&m, neighbours, PldConfig::default()).map(Measure::Pld)
+        };
+        Ok(match (self, mechanism) {
+            (Method::Analytic, Gaussian) => {
+                Measure::Gaussian(GaussianComposition::from_releases(&[(1.0, s)])?)
+            }
+            (Method::Zcdp, Gaussian) => Measure::Zcdp {
+                rho: GaussianComposition::from_releases(&[(1.0, s)])?.mu(),
+            },
+            (Method::Analytic | Method::Zcdp, _) => {
+                return Err(self.unsupported(
+                    mechanism,
+                    neighbours,
+                    "it covers plain Gaussian releases only",
+                ));
+            }
+            (Method::Rdp, Gaussian) => Measure::Rdp(RdpCurve::gaussian(s)?),
+            (Method::Rdp, PoissonGaussian { sampling_rate }) => {
+                if neighbours != Neighbours::AddRemove {
+                    return Err(self.unsupported(
+                        mechanism,
+                        neighbours,
+                        "its Poisson bound (Mironov, Talwar, Zhang 2019) is for add-remove",
+                    ));
+                }
+                Measure::Rdp(RdpCurve::poisson_gaussian(s, sampling_rate)?)
+            }
+            (Method::Rdp, BatchGaussian { batch, population }) => {
+                if neighbours != Neighbours::Substitute {
+                    return Err(self.unsupported(
+                        mechanism,
+                        neighbours,
+                        "its without-replacement bound (Wang, Balle, Kasiviswanathan 2019) is \
+                         for substitute",
+                    ));
+                }
+                Measure::Rdp(RdpCurve::batch_gaussian(s, batch, population)?)
+            }
+            (Method::Pld, Gaussian) => pld_measure(pld::Mechanism::Gaussian {
+                noise_multiplier: s,
+            })?,
+            (Method::Pld, PoissonGaussian { sampling_rate }) => {
+                pld_measure(pld::Mechanism::PoissonGaussian {
+                    noise_multiplier: s,
+                    sampling_rate,
+                })?
+            }
+            (Method::Pld, BatchGaussian { .. }) => {
+                return Err(self.unsupported(
+                    mechanism,
+                    neighbours,
+                    "it has no dominating pair for sampling without replacement",
+                ));
+            }
+        })
+    }
+
+    /// The measure of no release.
+    fn identity(self, neighbours: Neighbours) -> Result<Measure, CompositionError> {
+        Ok(match self {
+            Method::Analytic => Measure::Gaussian(GaussianComposition::from_mu(0.0)?),
+            Method::Zcdp => Measure::Zcdp { rho: 0.0 },
+            Method::Rdp => Measure::Rdp(RdpCurve::compose(&[])?),
+            Method::Pld => Measure::Pld(PldPair::from_releases(
+                &[],
+                neighbours,
+                PldConfig::default(),
+            )?),
+        })
+    }
+
+    /// The measure of a composition, release group by release group in order (so that a
+    /// prefix extended by [`Measure::compose`] gives the same numbers as the whole).
+    pub fn measure(self, composition: &Composition) -> Result<Measure, CompositionError> {
+        let n = composition.neighbours;
+        composition
+            .releases
+            .iter()
+            .try_fold(self.identity(n)?, |total, r| {
+                total.compose(
+                    &self.release_measure(r.mechanism, r.noise_multiplier, n)?,
+                    r.count,
+                )
+            })
+    }
+
+    fn max_releases(
+        self,
+        prefix: &Composition,
+        release: Release,
+        epsilon: f64,
+        delta: f64,
+    ) -> Result<Estimate<MaxReleases>, CompositionError> {
+        let s = release.noise_multiplier;
+        let one = self.release_measure(release.mechanism, s, prefix.neighbours)?;
+        let start = self.measure(prefix)?;
+        let delta_after = |k: u64| start.compose(&one, k as f64)?.delta(epsilon);
+        let k = match self.gaussian() {
+            // The existing real-valued search (seed 003 Alg. 2), same arithmetic.
+            Some(a)
+                if prefix.releases.is_empty() && release.mechanism == MechanismKind::Gaussian =>
+            {
+                super::max_releases(a, s, epsilon, delta)?
+            }
+            _ => {
+                if delta_after(0)? > delta {
+                    return Err(CompositionError::PrefixExceedsBudget);
+                }
+                last_fitting(MAX_EXACT_COUNT as u64, |k| {
+                    Ok::<_, CompositionError>(delta_after(k)? <= delta)
+                })?
+                .ok_or(AccountantError::TooManyReleases)?
+            }
+        };
+        let total = prefix.then(Release {
+            count: k as f64,
+            ..release
+        })?;
+        Ok(Estimate {
+            method: self,
+            value: MaxReleases {
+                releases: k,
+                delta_at_releases: delta_after(k)?,
+                delta_at_next: delta_after(k + 1)?,
+            },
+            error: self.stated_error(&total),
+        })
+    }
+
+    fn calibrate(
+        self,
+        prefix: &Composition,
+        mechanism: MechanismKind,
+        releases: u64,
+        epsilon: f64,
+        delta: f64,
+    ) -> Result<Estimate<f64>, CompositionError> {
+        let n = prefix.neighbours;
+        let k = releases as f64;
+        let s = match self.gaussian() {
+            // To the last bit by μ arithmetic.
+            Some(a) if prefix.releases.is_empty() && mechanism == MechanismKind::Gaussian => {
+                super::calibrate(a, releases, epsilon, delta)?
+            }
+            _ => {
+                // Refuse an uncovered mechanism before any work on the prefix.
+                self.release_measure(mechanism, 1.0, n)?;
+                let start = self.measure(prefix)?;
+                if start.delta(epsilon)? > delta {
+                    return Err(CompositionError::PrefixExceedsBudget);
+                }
+                let fits = |s: f64| {
+                    let one = self.release_measure(mechanism, s, n)?;
+                    Ok::<_, CompositionError>(start.compose(&one, k)?.delta(epsilon)? <= delta)
+                };
+                first_fitting(1.0, NOISE_SPAN, NOISE_TOLERANCE, fits)?.ok_or(
+                    CompositionError::NoiseOutOfRange(1.0 / NOISE_SPAN, NOISE_SPAN),
+                )?
+            }
+        };
+        let total = prefix.then(Release {
+            mechanism,
+            noise_multiplier: s,
+            count: k,
+        })?;
+        Ok(Estimate {
+            method: self,
+            value: s,
+            error: self.stated_error(&total),
+        })
+    }
+}
+
+/// The calibration search covers multipliers in [1/span, span].
+const NOISE_SPAN: f64 = 1e9;
+/// Relative width to which the calibrated multiplier is bisected: s fits, s/(1 + tol) not.
+const NOISE_TOLERANCE: f64 = 1e-9;
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// Which accountant answers: one method, or the tightest of those that cover the releases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Choice {
+    Only(Method),
+    #[default]
+    Best,
+}
+
+impl Choice {
+    pub fn key(self) -> &'static str {
+        match self {
+            Choice::Only(m) => m.key(),
+            Choice::Best => "best",
+        }
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+impl FromStr for Choice {
+    type Err = CompositionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "best" {
+            return Ok(Choice::Best);
+        }
+        Method::ALL
+            .into_iter()
+            .find(|m| m.key() == s)
+            .map(Choice::Only)
+            .ok_or_else(|| CompositionError::UnknownAccountant(s.to_owned()))
+    }
+}
+
+/// One accountant's answer and the error it states for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate<T> {
+    pub method: Method,
+    pub value: T,
+    pub error: StatedError,
+}
+
+/// An accountant that covers the releases but could not answer (say, a PLD too large).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub method: Method,
+    pub error: CompositionError,
+}
+
+/// The chosen estimate and every covering accountant's outcome (just the one for
+/// [`Choice::Only`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer<T> {
+    pub estimate: Estimate<T>,
+    pub candidates: Vec<Result<Estimate<T>, Failure>>,
+}
+
+/// The most releases k that fit, with δ(k) ≤ target < δ(k + 1) as the accountant computes δ.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MaxReleases {
+    pub releases: u64,
+    pub delta_at_releases: f64,
+    pub delta_at_next: f64,
+}
+
+impl Choice {
+    /// Runs `solve` for the chosen method, or for each covering one and keeps the estimate
+    /// for which `better` holds against all others (the first on ties).
+    fn answer<T: Clone>(
+        self,
+        solve: impl Fn(Method) -> Result<Estimate<T>, CompositionError>,
+        better: impl Fn(&T, &T) -> bool,
+    ) -> Result<Answer<T>, CompositionError> {
+        let methods = match self {
+            Choice::Only(m) => {
+                let estimate = solve(m)?;
+                return Ok(Answer {
+                    candidates: vec![Ok(estimate.clone())],
+                    estimate,
+                });
+            }
+            Choice::Best => Method::ALL,
+        };
+        let mut candidates = Vec::new();
+        let mut refusal = None;
+        for method in methods {
+            match solve(method) {
+                Err(CompositionError::Unsupported {
+                    mechanism,
+                    neighbours,
+                    ..
+                }) => refusal = Some((mechanism, neighbours)),
+                outcome => candidates.push(outcome.map_err(|error| Failure { method, error })),
+            }
+        }
+        let best = candidates
+            .iter()
+            .flatten()
+            .fold(None, |best: Option<&Estimate<T>>, e| match best {
+                Some(b) if !better(&e.value, &b.value) => Some(b),
+                _ => Some(e),
+            })
+            .cloned();
+        if let Some(estimate) = best {
+            return Ok(Answer {
+                estimate,
+                candidates,
+            });
+        }
+        // Every covering method failed (report the first reason), or none covers them.
+        let failure = candidates
+            .into_iter()
+            .find_map(Result::err)
+            .map(|f| f.error);
+        Err(failure
+            .or(
+                refusal.map(|(mechanism, neighbours)| CompositionError::NoAccountant {
+                    mechanism,
+                    neighbours,
+                }),
+            )
+            .expect("each method either covers the releases or refuses them"))
+    }
+
+    /// The smallest ε with δ(ε) ≤ `delta` for the composition.
+    pub fn epsilon(
+        self,
+        composition: &Composition,
+        delta: f64,
+    ) -> Result<Answer<f64>, CompositionError> {
+        check_delta(delta)?;
+        self.answer(
+            |m| {
+                Ok(Estimate {
+                    method: m,
+                    value: m.measure(composition)?.epsilon(delta)?,
+                    error: m.stated_error(composition),
+                })
+            },
+            |a, b| a < b,
+        )
+    }
+
+    /// δ at ε for the composition.
+    pub fn delta(
+        self,
+        composition: &Composition,
+        epsilon: f64,
+    ) -> Result<Answer<f64>, CompositionError> {
+        check_epsilon(epsilon)?;
+        self.answer(
+            |m| {
+                Ok(Estimate {
+                    method: m,
+                    value: m.measure(composition)?.delta(epsilon)?,
+                    error: m.stated_error(composition),
+                })
+            },
+            |a, b| a < b,
+        )
+    }
+
+    /// The most releases of `mechanism` with multiplier s that fit (ε, δ) after `prefix`:
+    /// δ(k) ≤ δ < δ(k + 1), by doubling and bisection on integer k (seed 003 Alg. 2; the
+    /// real-valued original for analytic/zcdp without a prefix). 0 if not even one fits.
+    pub fn max_releases(
+        self,
+        prefix: &Composition,
+        mechanism: MechanismKind,
+        noise_multiplier: f64,
+        epsilon: f64,
+        delta: f64,
+    ) -> Result<Answer<MaxReleases>, CompositionError> {
+        check_epsilon(epsilon)?;
+        check_delta(delta)?;
+        let release = Release {
+            mechanism,
+            noise_multiplier,
+            count: 1.0,
+        };
+        release.validate()?;
+        self.answer(
+            |m| m.max_releases(prefix, release, epsilon, delta),
+            |a, b| a.releases > b.releases,
+        )
+    }
+
+    /// The smallest noise multiplier with which `releases` releases of `mechanism` fit (ε, δ)
+    /// after `prefix`: to the last bit for analytic/zcdp without a prefix, otherwise by
+    /// geometric bisection to a relative 1e-9 (s fits and s/(1 + 1e-9) does not).
+    pub fn calibrate(
+        self,
+        prefix: &Composition,
+        mechanism: MechanismKind,
+        releases: u64,
+        epsilon: f64,
+        delta: f64,
+    ) -> Result<Answer<f64>, CompositionError> {
+        check_epsilon(epsilon)?;
+        check_delta(delta)?;
+        if releases == 0 {
+            return Err(AccountantError::ZeroReleases.into());
+        }
+        mechanism.validate()?;
+        self.answer(
+            |m| m.calibrate(prefix, mechanism, releases, epsilon, delta),
+            |a, b| a < b,
+        )
+    }
+}
