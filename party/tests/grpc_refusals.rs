@@ -104,6 +104,22 @@ impl Running {
     }
 }
 
+/// A party with ε = 1, δ = 1e-6 on a fresh directory, and a client for it.
+async fn fresh() -> (tempfile::TempDir, Running, Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
+    let client = party.client().await;
+    (dir, party, client)
+}
+
+fn tau(t: f64) -> pb::run_plan::Noise {
+    pb::run_plan::Noise::Tau(t)
+}
+
+fn calibrate() -> pb::run_plan::Noise {
+    pb::run_plan::Noise::Calibrate(true)
+}
+
 fn plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
     pb::RunPlan {
         variant: pb::Variant::FullPenalty as i32,
@@ -165,17 +181,11 @@ const PROP: [f64; 2] = [0.01, 2.99];
 
 #[tokio::test]
 async fn over_budget_open_run_is_refused_with_what_is_left() {
-    let dir = tempfile::tempdir().unwrap();
-    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
-    let mut c = party.client().await;
+    let (_dir, party, mut c) = fresh().await;
     // τ = 0.01 with n = 2000 gives s ≈ 0.447: a million releases cannot fit ε = 1.
-    let err = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 1_000_000, pb::run_plan::Noise::Tau(0.01)),
-    )
-    .await
-    .unwrap_err();
+    let err = open(&mut c, &party.fingerprint, plan(1, 1_000_000, tau(0.01)))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     assert!(
         err.message().contains("budget") && err.message().contains("at most"),
@@ -184,24 +194,16 @@ async fn over_budget_open_run_is_refused_with_what_is_left() {
     );
     // Reservations of open runs count: once one open run has reserved everything, nothing
     // more is admitted.
-    let first = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 10, pb::run_plan::Noise::Calibrate(true)),
-    )
-    .await
-    .unwrap();
+    let first = open(&mut c, &party.fingerprint, plan(1, 10, calibrate()))
+        .await
+        .unwrap();
     assert!(
         (committed(&mut c).await - 1.0).abs() < 1e-6,
         "calibration takes all that is left"
     );
-    let err = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 1, pb::run_plan::Noise::Calibrate(true)),
-    )
-    .await
-    .unwrap_err();
+    let err = open(&mut c, &party.fingerprint, plan(1, 1, calibrate()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     // Closing after 2 of 10 releases frees the rest of the reservation.
     for step in 0..2 {
@@ -219,29 +221,19 @@ async fn over_budget_open_run_is_refused_with_what_is_left() {
     assert_eq!(closed.releases, 2);
     assert!(committed(&mut c).await < 1.0);
     assert!(
-        open(
-            &mut c,
-            &party.fingerprint,
-            plan(1, 1, pb::run_plan::Noise::Calibrate(true))
-        )
-        .await
-        .is_ok()
+        open(&mut c, &party.fingerprint, plan(1, 1, calibrate()))
+            .await
+            .is_ok()
     );
     party.stop().await;
 }
 
 #[tokio::test]
 async fn replayed_step_returns_the_stored_answer_and_is_charged_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
-    let mut c = party.client().await;
-    let grant = open(
-        &mut c,
-        &party.fingerprint,
-        plan(2, 5, pb::run_plan::Noise::Tau(0.5)),
-    )
-    .await
-    .unwrap();
+    let (_dir, party, mut c) = fresh().await;
+    let grant = open(&mut c, &party.fingerprint, plan(2, 5, tau(0.5)))
+        .await
+        .unwrap();
     let first = llr(&mut c, &grant.run_id, 1, 0, TH.to_vec(), PROP.to_vec())
         .await
         .unwrap();
@@ -299,16 +291,10 @@ async fn replayed_step_returns_the_stored_answer_and_is_charged_once() {
 
 #[tokio::test]
 async fn malformed_theta_is_invalid_and_costs_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
-    let mut c = party.client().await;
-    let grant = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
-    )
-    .await
-    .unwrap();
+    let (_dir, party, mut c) = fresh().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 5, tau(0.5)))
+        .await
+        .unwrap();
     for (theta, prop) in [
         (vec![f64::NAN, 3.0], PROP.to_vec()),
         (TH.to_vec(), vec![0.0, f64::INFINITY]),
@@ -342,9 +328,7 @@ async fn malformed_theta_is_invalid_and_costs_nothing() {
 
 #[tokio::test]
 async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
-    let mut c = party.client().await;
+    let (_dir, party, mut c) = fresh().await;
     let err = llr(&mut c, "0123456789abcdef", 0, 0, TH.to_vec(), PROP.to_vec())
         .await
         .unwrap_err();
@@ -361,23 +345,15 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         let mut anon = party.client_with(token).await;
         let err = anon.describe(pb::DescribeRequest {}).await.unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated);
-        let err = open(
-            &mut anon,
-            &party.fingerprint,
-            plan(1, 1, pb::run_plan::Noise::Tau(1.0)),
-        )
-        .await
-        .unwrap_err();
+        let err = open(&mut anon, &party.fingerprint, plan(1, 1, tau(1.0)))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated);
     }
 
-    let grant = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
-    )
-    .await
-    .unwrap();
+    let grant = open(&mut c, &party.fingerprint, plan(1, 5, tau(0.5)))
+        .await
+        .unwrap();
     let huge = vec![0.5; 100_000];
     let err = llr(&mut c, &grant.run_id, 0, 0, huge.clone(), huge)
         .await
@@ -397,15 +373,11 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
     );
 
     // Plans: wrong model, unsupported variant, no noise choice, nonsense numbers.
-    let err = open(
-        &mut c,
-        "not-the-model",
-        plan(1, 1, pb::run_plan::Noise::Tau(1.0)),
-    )
-    .await
-    .unwrap_err();
+    let err = open(&mut c, "not-the-model", plan(1, 1, tau(1.0)))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    let mut barker = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
+    let mut barker = plan(1, 1, tau(1.0));
     barker.variant = pb::Variant::Barker as i32;
     assert_eq!(
         open(&mut c, &party.fingerprint, barker)
@@ -414,7 +386,7 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
             .code(),
         Code::Unimplemented
     );
-    let mut none = plan(1, 1, pb::run_plan::Noise::Tau(1.0));
+    let mut none = plan(1, 1, tau(1.0));
     none.noise = None;
     assert_eq!(
         open(&mut c, &party.fingerprint, none)
@@ -424,10 +396,10 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         Code::InvalidArgument
     );
     for bad in [
-        plan(0, 1, pb::run_plan::Noise::Tau(1.0)),
-        plan(1, 0, pb::run_plan::Noise::Tau(1.0)),
-        plan(1, 1, pb::run_plan::Noise::Tau(f64::NAN)),
-        plan(1, 1, pb::run_plan::Noise::Tau(-1.0)),
+        plan(0, 1, tau(1.0)),
+        plan(1, 0, tau(1.0)),
+        plan(1, 1, tau(f64::NAN)),
+        plan(1, 1, tau(-1.0)),
     ] {
         assert_eq!(
             open(&mut c, &party.fingerprint, bad)
@@ -438,13 +410,9 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         );
     }
     // A run cannot release more than it planned.
-    let small = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 1, pb::run_plan::Noise::Tau(0.5)),
-    )
-    .await
-    .unwrap();
+    let small = open(&mut c, &party.fingerprint, plan(1, 1, tau(0.5)))
+        .await
+        .unwrap();
     llr(&mut c, &small.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
         .await
         .unwrap();
@@ -461,13 +429,9 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     let config = party_dir(dir.path(), 1.0, 1e-6);
     let party = Running::start(&config).await;
     let mut c = party.client().await;
-    let grant = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 100, pb::run_plan::Noise::Calibrate(true)),
-    )
-    .await
-    .unwrap();
+    let grant = open(&mut c, &party.fingerprint, plan(1, 100, calibrate()))
+        .await
+        .unwrap();
     let answer = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
         .await
         .unwrap();
@@ -478,13 +442,9 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     let party = Running::start(&config).await;
     let mut c = party.client().await;
     assert_eq!(committed(&mut c).await, before);
-    let err = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 1, pb::run_plan::Noise::Calibrate(true)),
-    )
-    .await
-    .unwrap_err();
+    let err = open(&mut c, &party.fingerprint, plan(1, 1, calibrate()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     let again = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
         .await
@@ -504,16 +464,10 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
 
 #[tokio::test]
 async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let party = Running::start(&party_dir(dir.path(), 1.0, 1e-6)).await;
-    let mut c = party.client().await;
-    let grant = open(
-        &mut c,
-        &party.fingerprint,
-        plan(1, 5, pb::run_plan::Noise::Tau(0.5)),
-    )
-    .await
-    .unwrap();
+    let (_dir, party, mut c) = fresh().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 5, tau(0.5)))
+        .await
+        .unwrap();
     let req = |step: u64, theta: Vec<f64>| pb::LogLikRatioRequest {
         key: Some(pb::StepKey {
             run_id: grant.run_id.clone(),
