@@ -63,12 +63,22 @@ async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first SIGINT/SIGTERM starts a graceful shutdown: no new connections, calls in flight
+/// finish (every answer already given is in the ledger). Open step streams end when their
+/// coordinator closes its run, so a second signal exits at once.
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term.recv() => {},
-    }
+    let mut signal = async move || {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    };
+    signal().await;
+    tracing::info!("shutting down; a second signal stops at once");
+    tokio::spawn(async move {
+        signal().await;
+        std::process::exit(130);
+    });
 }
