@@ -57,10 +57,15 @@ pub enum LedgerError {
     Storage { path: PathBuf, message: String },
 }
 
-enum Entry {
-    Open { run_id: String, terms: RunTerms },
-    Release(ReleaseRecord),
-    Close { run_id: String },
+enum Entry<'a> {
+    Open {
+        run_id: &'a str,
+        terms: &'a RunTerms,
+    },
+    Release(&'a ReleaseRecord),
+    Close {
+        run_id: &'a str,
+    },
 }
 
 pub struct Ledger {
@@ -148,7 +153,7 @@ impl Ledger {
         &self.path
     }
 
-    async fn commit(&self, entry: Entry) -> Result<(), LedgerError> {
+    async fn commit(&self, entry: Entry<'_>) -> Result<(), LedgerError> {
         let write = || {
             let mut conn = self.conn.lock().expect("ledger lock");
             write_entry(&mut conn, &entry).map_err(|e| storage(&self.path, e))
@@ -169,29 +174,22 @@ impl Ledger {
 
     /// Durably reserves a run's whole plan.
     pub async fn open_run(&self, run_id: &str, terms: &RunTerms) -> Result<(), LedgerError> {
-        self.commit(Entry::Open {
-            run_id: run_id.to_string(),
-            terms: terms.clone(),
-        })
-        .await
+        self.commit(Entry::Open { run_id, terms }).await
     }
 
     /// Durably records one release; returns only once it is on disk.
-    pub async fn record_release(&self, record: ReleaseRecord) -> Result<(), LedgerError> {
+    pub async fn record_release(&self, record: &ReleaseRecord) -> Result<(), LedgerError> {
         self.commit(Entry::Release(record)).await
     }
 
     /// Durably closes a run: from now on it is charged for what it released.
     pub async fn close_run(&self, run_id: &str) -> Result<(), LedgerError> {
-        self.commit(Entry::Close {
-            run_id: run_id.to_string(),
-        })
-        .await
+        self.commit(Entry::Close { run_id }).await
     }
 }
 
 /// One entry in its own transaction; `synchronous = FULL` makes the commit durable.
-fn write_entry(conn: &mut Connection, entry: &Entry) -> rusqlite::Result<()> {
+fn write_entry(conn: &mut Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     match entry {
         Entry::Open { run_id, terms } => {

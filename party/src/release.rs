@@ -19,9 +19,9 @@ use crate::ledger::ReleaseRecord;
 use crate::node::{ChainState, PartyNode, RunState};
 
 /// Addresses one step of one chain of a run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepKey {
-    pub run_id: String,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepKey<'a> {
+    pub run_id: &'a str,
     pub chain: u32,
     pub step: u64,
 }
@@ -52,7 +52,7 @@ impl PartyNode {
     /// each party releases its own noisy term; seed 003 Thm 3.2 for its cost).
     pub async fn log_lik_ratio(
         &self,
-        key: &StepKey,
+        key: &StepKey<'_>,
         theta: &[f64],
         theta_prop: &[f64],
     ) -> Result<Contribution, PartyError> {
@@ -100,12 +100,12 @@ impl PartyNode {
     /// sensitivity; it runs only for a fresh, admissible step.
     async fn release(
         &self,
-        key: &StepKey,
+        key: &StepKey<'_>,
         inputs: Vec<f64>,
         statistic: impl FnOnce(&RunState) -> Result<(Vec<f64>, f64), PartyError>,
     ) -> Result<Contribution, PartyError> {
         // 1. Validate.
-        let run = self.run(&key.run_id)?;
+        let run = self.run(key.run_id)?;
         let chain = run.chains.get(key.chain as usize).ok_or_else(|| {
             PartyError::InvalidArgument(format!(
                 "chain {} does not exist: run {} has {} chains",
@@ -141,7 +141,7 @@ impl PartyNode {
         };
         let value = self.noise.with(|rng| mechanism.release(&exact, rng));
         let record = ReleaseRecord {
-            run_id: key.run_id.clone(),
+            run_id: key.run_id.to_string(),
             chain: key.chain,
             step: key.step,
             mechanism: GAUSSIAN.to_string(),
@@ -152,7 +152,7 @@ impl PartyNode {
         };
 
         // 4. Charge durably; nothing leaves if this fails.
-        self.ledger.record_release(record.clone()).await?;
+        self.ledger.record_release(&record).await?;
         run.released.fetch_add(1, Ordering::SeqCst);
 
         // 5. Answer.
@@ -167,7 +167,7 @@ impl PartyNode {
 /// retry of the last step, a refusal for anything else. `None` means "a fresh step".
 fn replay(
     chain: &ChainState,
-    key: &StepKey,
+    key: &StepKey<'_>,
     inputs: &[f64],
 ) -> Result<Option<Contribution>, PartyError> {
     if key.step == chain.next_step {
@@ -264,7 +264,7 @@ mod tests {
         let mut values = Vec::with_capacity(N as usize);
         for step in 0..N {
             let key = StepKey {
-                run_id: grant.run_id.clone(),
+                run_id: &grant.run_id,
                 chain: 0,
                 step,
             };

@@ -68,13 +68,13 @@ impl PartyService {
     }
 }
 
-fn step_key(key: Option<pb::StepKey>) -> Result<StepKey, Status> {
+fn step_key(key: Option<&pb::StepKey>) -> Result<StepKey<'_>, Status> {
     let key = key.ok_or_else(|| Status::invalid_argument("the step key is missing"))?;
     if key.run_id.is_empty() {
         return Err(Status::invalid_argument("run_id is empty"));
     }
     Ok(StepKey {
-        run_id: key.run_id,
+        run_id: &key.run_id,
         chain: key.chain,
         step: key.step,
     })
@@ -85,7 +85,7 @@ async fn log_lik_ratio(
     node: &PartyNode,
     req: pb::LogLikRatioRequest,
 ) -> Result<pb::Contribution, Status> {
-    let key = step_key(req.key)?;
+    let key = step_key(req.key.as_ref())?;
     let c = node
         .log_lik_ratio(&key, &req.theta, &req.theta_proposed)
         .await?;

@@ -72,7 +72,7 @@ impl PartyHandle for Arc<PartyNode> {
         theta_prop: &[f64],
     ) -> Result<Answer, CallError> {
         let key = StepKey {
-            run_id: run_id.to_string(),
+            run_id,
             chain,
             step,
         };
