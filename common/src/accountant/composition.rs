@@ -633,6 +633,24 @@ pub struct MaxReleases {
 impl Choice {
     /// Runs `solve` for the chosen method, or for each covering one and keeps the estimate
     /// for which `better` holds against all others (the first on ties).
+    /// The smallest value of `read` over the composition's measures (ε at δ, or δ at ε).
+    fn smallest(
+        self,
+        composition: &Composition,
+        read: impl Fn(&Measure) -> Result<f64, CompositionError>,
+    ) -> Result<Answer<f64>, CompositionError> {
+        self.answer(
+            |m| {
+                Ok(Estimate {
+                    method: m,
+                    value: read(&m.measure(composition)?)?,
+                    error: m.stated_error(composition),
+                })
+            },
+            |a, b| a < b,
+        )
+    }
+
     fn answer<T: Clone>(
         self,
         solve: impl Fn(Method) -> Result<Estimate<T>, CompositionError>,
@@ -696,16 +714,7 @@ impl Choice {
         delta: f64,
     ) -> Result<Answer<f64>, CompositionError> {
         check_delta(delta)?;
-        self.answer(
-            |m| {
-                Ok(Estimate {
-                    method: m,
-                    value: m.measure(composition)?.epsilon(delta)?,
-                    error: m.stated_error(composition),
-                })
-            },
-            |a, b| a < b,
-        )
+        self.smallest(composition, |measure| measure.epsilon(delta))
     }
 
     /// δ at ε for the composition.
@@ -715,16 +724,7 @@ impl Choice {
         epsilon: f64,
     ) -> Result<Answer<f64>, CompositionError> {
         check_epsilon(epsilon)?;
-        self.answer(
-            |m| {
-                Ok(Estimate {
-                    method: m,
-                    value: m.measure(composition)?.delta(epsilon)?,
-                    error: m.stated_error(composition),
-                })
-            },
-            |a, b| a < b,
-        )
+        self.smallest(composition, |measure| measure.delta(epsilon))
     }
 
     /// The most releases of `mechanism` with multiplier s that fit (ε, δ) after `prefix`:
