@@ -1,7 +1,7 @@
 //! Per-row clipping of log-likelihood ratios (DESIGN §3): it bounds each row's influence on
 //! the released sum, which is what gives the sum a finite sensitivity.
 
-/// The per-row bound `clip · ‖θ′ − θ‖₂` of seed 003 Sec. 3.1 (the Lipschitz form
+/// The per-row bound `clip · ‖θ′ − θ‖₂` of Räisä 2020 Sec. 3.1 (the Lipschitz form
 /// |ℓ(x|θ′) − ℓ(x|θ)| ≤ L‖θ′ − θ‖₂ with L = `clip`).
 pub fn row_bound(clip: f64, theta: &[f64], theta_prop: &[f64]) -> f64 {
     clip * distance(theta, theta_prop)
@@ -25,10 +25,21 @@ pub struct ClippedSum {
     pub clipped: u64,
 }
 
-/// Clip one value to `[-bound, bound]`.
+/// Clip one row's term to `[-bound, bound]`, by a fixed rule that needs no finite input:
+/// ±∞ becomes ±bound and NaN (a term such as ∞ − ∞ at extreme parameters) becomes 0.
+///
+/// So every row's clipped term lies in `[-bound, bound]` whatever the row holds, and the
+/// sensitivity argument holds unchanged: substituting one row moves a sum of clipped terms by
+/// at most 2·bound, adding or removing one by at most bound. The sum of n terms is at most
+/// n·bound in magnitude, so it is finite whenever n·bound is: a release path checks that
+/// public product before it reads a row, and never has to refuse after reading them.
 #[inline(always)]
 pub fn clip(r: f64, bound: f64) -> f64 {
-    r.clamp(-bound, bound)
+    if r.is_nan() {
+        0.0
+    } else {
+        r.clamp(-bound, bound)
+    }
 }
 
 #[cfg(test)]
@@ -41,5 +52,13 @@ mod tests {
         assert_eq!(clip(-5.0, 2.0), -2.0);
         assert_eq!(clip(1.0, 2.0), 1.0);
         assert_eq!(row_bound(2.0, &[0.0, 0.0], &[3.0, 4.0]), 10.0);
+    }
+
+    #[test]
+    fn non_finite_terms_map_into_the_bound() {
+        assert_eq!(clip(f64::INFINITY, 2.0), 2.0);
+        assert_eq!(clip(f64::NEG_INFINITY, 2.0), -2.0);
+        assert_eq!(clip(f64::NAN, 2.0), 0.0);
+        assert_eq!(clip(f64::NAN, 0.0), 0.0);
     }
 }

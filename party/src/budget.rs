@@ -6,7 +6,7 @@
 //! planned count while open and its released count once closed. Every budget question (admit,
 //! calibrate, how many more fit, ε spent) is asked of the configured accountant ([`Choice`])
 //! on that composition. The general accountant rather than μ arithmetic, because μ = Σ 1/(2s²)
-//! composes plain Gaussian releases only (seed 003 Thm 3.2, 4.3), while the variants to come
+//! composes plain Gaussian releases only (Räisä 2020, Thms 3.2 and 4.3), while the variants to come
 //! release subsampled mechanisms; for plain Gaussian releases `best` answers with the exact
 //! analytic curve, so the numbers are those of the μ arithmetic.
 use fedmcmc_common::accountant::{
@@ -100,7 +100,7 @@ impl Budget {
     }
 
     /// The most releases of `mechanism` with multiplier `s` that still fit after `committed`
-    /// (seed 003 Alg. 2 on the composition; 0 when the committed releases alone exceed it).
+    /// (Räisä 2020, Alg. 2 on the composition; 0 when the committed releases alone exceed it).
     pub fn releases_that_fit(
         &self,
         committed: &Composition,

@@ -1,22 +1,50 @@
 //! The release path: the one place where anything derived from the rows leaves a party.
 //!
-//! Every answer goes through [`PartyNode::release`], in this order:
-//! 1. validate the request (run, chain, step order, θ length and finiteness);
-//! 2. compute the clipped statistic (per-row clip, DESIGN §3);
-//! 3. add N(0, σ²) from the OS-seeded CSPRNG, σ = s·Δ with the run's noise multiplier s;
-//! 4. charge the ledger durably (committed and fsync'd);
-//! 5. answer with the value and σ².
+//! # The contract
+//!
+//! Whether a request is answered or refused, and with which status and message, is a function
+//! of public information only: the request, the run's terms and state, the public row count n
+//! and the model's hyperparameters; never of row values. A refusal that depends on the rows
+//! is a free, noiseless answer about them (an overflow check on the clipped sum once let a
+//! caller bisect out the exact maximum of a column in 19 refusals).
+//!
+//! [`PartyNode::release`] enforces it by its structure, in two phases:
+//!
+//! 1. **Public checks, which may refuse.** The run, the chain, the step's order or replay, a
+//!    closed run, the steps left; then the query's [`Bound`] (per-row bound b, sensitivity Δ,
+//!    cap on the statistic's magnitude), computed by a closure that is given no rows; then
+//!    [`Calibration::check`]: b finite, the statistic's cap (n·b for a sum) at most
+//!    [`MAX_STATISTIC`], the noise variance σ² = (sΔ)² at most [`MAX_NOISE_VARIANCE`], and, for
+//!    b > 0, not underflowing (a subnormal noise std would add almost no noise).
+//! 2. **The rows, which cannot refuse.** The statistic is a closure from the rows to a vector:
+//!    it returns values, not a `Result`. Each row's term is clipped by the fixed rule of
+//!    [`fedmcmc_common::clip::clip`] (±∞ → ±b, NaN → 0), so every term lies in [−b, b]
+//!    whatever the row holds; the sensitivity argument holds unchanged and the sum of n terms
+//!    is finite because n·b is. Gaussian noise from the OS-seeded CSPRNG follows (finite: σ
+//!    is at most 1e150), the release is charged to the ledger durably, and only then answered.
+//!    Whether the ledger commit fails does not depend on the rows either.
+//!
+//! Every release path (the log-likelihood ratio here; minibatch, gradient and sufficient-
+//! statistics queries to come) goes through [`PartyNode::release`] and is tested by the
+//! neighbouring-rows harness in `party/tests/contract/`.
 //!
 //! A retry of the last (run, chain, step) with bit-identical inputs gets the stored answer,
 //! charged once; fresh noise for a repeated query would let a caller average it away.
 use std::sync::atomic::Ordering;
 
 use fedmcmc_common::clip;
+use fedmcmc_common::data::Columns;
 use fedmcmc_common::mechanism::GaussianMechanism;
 
 use crate::error::PartyError;
 use crate::ledger::ReleaseRecord;
 use crate::node::{ChainState, PartyNode, RunState};
+
+/// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
+/// 1.8e308, so the value, its noise and the coordinator's sum over parties stay finite.
+pub const MAX_STATISTIC: f64 = 1e300;
+/// The largest noise variance a release may carry (σ at most 1e150).
+pub const MAX_NOISE_VARIANCE: f64 = 1e300;
 
 /// Addresses one step of one chain of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +72,72 @@ impl Contribution {
     }
 }
 
+/// What a query will compute, fixed from public inputs before any row is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bound {
+    /// The bound b on each row's clipped term.
+    pub row: f64,
+    /// The L2 sensitivity of the statistic under the party's neighbour relation.
+    pub sensitivity: f64,
+    /// A bound on the magnitude of each entry of the statistic (n·b for a sum over n rows).
+    pub statistic: f64,
+}
+
+/// A [`Bound`] that passed the public caps, with the mechanism that will noise it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    pub bound: Bound,
+    pub mechanism: GaussianMechanism,
+}
+
+impl Calibration {
+    /// Refuses, from public numbers only, a query whose statistic or noise could overflow or
+    /// whose noise would underflow.
+    pub fn check(bound: Bound, noise_multiplier: f64) -> Result<Calibration, PartyError> {
+        let refuse = |m: String| Err(PartyError::InvalidArgument(m));
+        if !bound.row.is_finite() {
+            return refuse(
+                "the per-row clip bound clip · ‖θ′ − θ‖ overflows: the proposal is too far from θ"
+                    .into(),
+            );
+        }
+        if !at_most(bound.statistic, MAX_STATISTIC) {
+            return refuse(format!(
+                "the clipped statistic could reach {:e} (per-row bound {:e}), beyond the {MAX_STATISTIC:e} this party releases: the step is too long for this run's clip",
+                bound.statistic, bound.row
+            ));
+        }
+        let mechanism = GaussianMechanism {
+            sensitivity: bound.sensitivity,
+            noise_multiplier,
+        };
+        let variance = mechanism.variance();
+        if !at_most(variance, MAX_NOISE_VARIANCE) {
+            return refuse(format!(
+                "the noise variance would be {variance:e}, beyond the {MAX_NOISE_VARIANCE:e} this party releases: the step is too long for this run's clip and noise"
+            ));
+        }
+        if bound.row > 0.0 && variance < f64::MIN_POSITIVE {
+            return refuse(format!(
+                "the step is so short (per-row bound {:e}) that the noise would underflow: take a longer step",
+                bound.row
+            ));
+        }
+        Ok(Calibration { bound, mechanism })
+    }
+}
+
+/// `x ≤ cap`, false for NaN: a cap check that no NaN slips through.
+fn at_most(x: f64, cap: f64) -> bool {
+    x <= cap
+}
+
 /// The mechanism name the ledger records for a clipped-sum Gaussian release.
 const GAUSSIAN: &str = "gaussian";
 
 impl PartyNode {
-    /// Noisy clipped Σ_x [ℓ(x|θ′) − ℓ(x|θ)] for the full-data DP penalty (seed 004 Alg. 2:
-    /// each party releases its own noisy term; seed 003 Thm 3.2 for its cost).
+    /// Noisy clipped Σ_x [ℓ(x|θ′) − ℓ(x|θ)] for the full-data DP penalty (Yıldırım & Ermiş
+    /// 2019, Alg. 2: each party releases its own noisy term; Räisä 2020, Thm 3.2 for its cost).
     pub async fn log_lik_ratio(
         &self,
         key: &StepKey<'_>,
@@ -59,25 +147,24 @@ impl PartyNode {
         self.check_theta("theta", theta)?;
         self.check_theta("theta_proposed", theta_prop)?;
         let inputs: Vec<f64> = theta.iter().chain(theta_prop).copied().collect();
-        self.release(key, inputs, |run| {
-            let bound = clip::row_bound(run.terms.clip, theta, theta_prop);
-            if !bound.is_finite() {
-                return Err(PartyError::InvalidArgument(
-                    "‖θ′ − θ‖ overflows: the proposal is too far from θ".into(),
-                ));
+        let n = self.data.n() as f64;
+        let bound = |run: &RunState| {
+            // Per-row Lipschitz clip (Räisä 2020, Sec. 3.1).
+            let row = clip::row_bound(run.terms.clip, theta, theta_prop);
+            Bound {
+                row,
+                sensitivity: self.neighbours.clipped_sum_sensitivity(row),
+                statistic: n * row,
             }
-            let sum = self
-                .model
-                .clipped_llr_sum(&self.data, theta, theta_prop, bound)
-                .sum;
-            if !sum.is_finite() {
-                return Err(PartyError::InvalidArgument(
-                    "the log-likelihood ratio is not finite at these parameters".into(),
-                ));
-            }
-            Ok((vec![sum], self.neighbours.clipped_sum_sensitivity(bound)))
-        })
-        .await
+        };
+        let statistic = |rows: &Columns, b: &Bound| {
+            vec![
+                self.model
+                    .clipped_llr_sum(rows, theta, theta_prop, b.row)
+                    .sum,
+            ]
+        };
+        self.release(key, inputs, bound, statistic).await
     }
 
     fn check_theta(&self, what: &str, theta: &[f64]) -> Result<(), PartyError> {
@@ -96,15 +183,17 @@ impl PartyNode {
         Ok(())
     }
 
-    /// Steps 1-5 of the module doc. `statistic` computes the exact value and its L2
-    /// sensitivity; it runs only for a fresh, admissible step.
+    /// The contract of the module doc. `bound` and `statistic` describe the query: `bound`
+    /// sees the run's public terms only, `statistic` the rows, and runs only for a fresh step
+    /// that passed every check.
     async fn release(
         &self,
         key: &StepKey<'_>,
         inputs: Vec<f64>,
-        statistic: impl FnOnce(&RunState) -> Result<(Vec<f64>, f64), PartyError>,
+        bound: impl FnOnce(&RunState) -> Bound,
+        statistic: impl FnOnce(&Columns, &Bound) -> Vec<f64>,
     ) -> Result<Contribution, PartyError> {
-        // 1. Validate.
+        // Phase 1: public checks, the only place a step is refused.
         let run = self.run(key.run_id)?;
         let chain = run.chains.get(key.chain as usize).ok_or_else(|| {
             PartyError::InvalidArgument(format!(
@@ -130,15 +219,19 @@ impl PartyNode {
                 key.run_id, run.terms.steps_per_chain, key.chain
             )));
         }
+        let calibration = Calibration::check(bound(&run), run.terms.noise_multiplier)?;
 
-        // 2. Clip and sum.
-        let (exact, sensitivity) = statistic(&run)?;
-
-        // 3. Add calibrated noise.
-        let mechanism = GaussianMechanism {
-            sensitivity,
-            noise_multiplier: run.terms.noise_multiplier,
-        };
+        // Phase 2: the rows. Nothing below refuses on their account.
+        let exact = statistic(&self.data, &calibration.bound);
+        debug_assert!(
+            // Slack for the rounding of a long sum.
+            exact
+                .iter()
+                .all(|v| v.abs() <= calibration.bound.statistic * (1.0 + 1e-6)),
+            "a statistic left its public bound: {exact:?} vs {:?}",
+            calibration.bound
+        );
+        let mechanism = calibration.mechanism;
         let value = self.noise.with(|rng| mechanism.release(&exact, rng));
         let record = ReleaseRecord {
             run_id: key.run_id.to_string(),
@@ -151,11 +244,10 @@ impl PartyNode {
             noise_variance: mechanism.variance(),
         };
 
-        // 4. Charge durably; nothing leaves if this fails.
+        // Charge durably; nothing leaves if this fails.
         self.ledger.record_release(&record).await?;
         run.released.fetch_add(1, Ordering::SeqCst);
 
-        // 5. Answer.
         let answer = Contribution::from_record(&record, false);
         chain.next_step = key.step + 1;
         chain.last = Some(record);

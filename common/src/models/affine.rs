@@ -114,6 +114,35 @@ mod tests {
         assert!((got.sum - expect.sum).abs() < 1e-9 * n as f64);
     }
 
+    /// At extreme θ the weights overflow and c + w·x is ±∞ or NaN (∞ − ∞) depending on the
+    /// row; each term still lands in [−bound, bound], so the sum stays within n·bound.
+    #[test]
+    fn non_finite_terms_keep_the_sum_within_n_times_the_bound() {
+        let cols = Columns::from_columns(vec![vec![1.0, -1.0, 0.0, f64::MAX, -f64::MAX]]).unwrap();
+        for (w, c) in [
+            (f64::INFINITY, f64::NEG_INFINITY),
+            (f64::INFINITY, 0.0),
+            (f64::NEG_INFINITY, f64::INFINITY),
+            (1e308, -1e308),
+        ] {
+            let got = clipped_affine_sum(&cols, &[w], c, 3.0);
+            assert!(
+                got.sum.is_finite() && got.sum.abs() <= 5.0 * 3.0,
+                "w {w}, c {c}: {got:?}"
+            );
+        }
+        // ∞·1 − ∞ is NaN → 0; ∞·(−1) − ∞ = −∞ → −3; ∞·0 is NaN → 0; ∞·MAX − ∞ NaN → 0;
+        // ∞·(−MAX) − ∞ = −∞ → −3.
+        let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::NEG_INFINITY, 3.0);
+        assert_eq!(
+            got,
+            ClippedSum {
+                sum: -6.0,
+                clipped: 5
+            }
+        );
+    }
+
     #[test]
     fn constant_ratio_when_all_weights_vanish() {
         let cols = Columns::from_columns(vec![vec![1.0, 2.0, 3.0]]).unwrap();

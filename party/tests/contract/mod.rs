@@ -1,0 +1,295 @@
+//! The release path's contract as a reusable test (DESIGN §1; the contract itself is written
+//! at the top of `party/src/release.rs`).
+//!
+//! Two parties that differ in one substituted row receive the same calls. Whether each call
+//! is answered or refused, and with which status and message, must be the same for both, and
+//! every answer must be finite: a decision that differs is a free, noiseless answer about
+//! that row. Public parts of an answer (a grant's terms, a release's noise variance) must be
+//! equal too. Every release path reuses this: a new query is a new [`Call`] variant.
+#![allow(dead_code)] // each test binary that includes this module uses a different part of it
+
+use std::sync::Arc;
+
+use fedmcmc_common::data::Columns;
+use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_party::PartyNode;
+use fedmcmc_party::budget::Budget;
+use fedmcmc_party::config::BudgetConfig;
+use fedmcmc_party::ledger::Ledger;
+use fedmcmc_party::service::PartyService;
+use fedmcmc_proto::v1 as pb;
+use pb::party_server::Party;
+use rand::SeedableRng;
+use tonic::{Code, Request};
+
+/// One request, with runs named by the order in which they were opened (`run` slots), since
+/// each party draws its own run ids.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Open(pb::RunPlan),
+    /// A log-likelihood-ratio step.
+    Step {
+        run: RunRef,
+        chain: u32,
+        step: StepAt,
+        theta: Vec<f64>,
+        theta_proposed: Vec<f64>,
+    },
+    Close(RunRef),
+}
+
+/// Which run a call names.
+#[derive(Clone, Copy, Debug)]
+pub enum RunRef {
+    /// The k-th run granted so far (an unknown id if fewer were granted).
+    Slot(usize),
+    /// An id no party ever issued.
+    Unknown,
+}
+
+/// Which step of a chain a call asks for, relative to where the chain stands on party A
+/// (the parties' chains stand alike as long as their decisions do).
+#[derive(Clone, Copy, Debug)]
+pub enum StepAt {
+    /// The chain's next step.
+    Next,
+    /// The step last answered: a replay.
+    Last,
+    /// `k` steps past the next one: out of order.
+    Ahead(u64),
+    /// An absolute step number.
+    At(u64),
+}
+
+/// What a party decided, without the noisy value (which differs even for equal rows).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// A grant with its public terms.
+    Granted {
+        tau: u64,
+        noise_multiplier: u64,
+        releases: u64,
+    },
+    /// A release with its public noise variance (bits, so −0.0 and NaN compare exactly).
+    Released {
+        noise_variance: u64,
+        replayed: bool,
+    },
+    Closed {
+        releases: u64,
+    },
+    Refused {
+        code: Code,
+        message: String,
+    },
+}
+
+/// A party's node behind its gRPC service, called without a socket: what the service decides
+/// is what a remote caller sees (transport limits aside).
+pub struct Subject {
+    pub service: PartyService,
+    runs: Vec<String>,
+    next_step: std::collections::HashMap<(usize, u32), u64>,
+}
+
+impl Subject {
+    pub fn new(rows: Columns, spec: &ModelSpec, budget: BudgetConfig) -> Subject {
+        let model = spec.build().unwrap();
+        let node = PartyNode::new(
+            "subject".into(),
+            model,
+            rows,
+            Neighbours::Substitute,
+            Budget::new(budget).unwrap(),
+            (Ledger::in_memory().unwrap(), Vec::new()),
+        )
+        .unwrap();
+        Subject {
+            service: PartyService::new(Arc::new(node)),
+            runs: Vec::new(),
+            next_step: Default::default(),
+        }
+    }
+
+    fn run_id(&self, run: RunRef) -> String {
+        match run {
+            RunRef::Slot(k) => self.runs.get(k).cloned(),
+            RunRef::Unknown => None,
+        }
+        .unwrap_or_else(|| "00000000000000000000000000000000".into())
+    }
+
+    /// Makes one call and reduces the answer to its decision; panics on a non-finite answer.
+    pub async fn call(&mut self, call: &Call, fingerprint: &str) -> Decision {
+        // Run ids are each party's own random strings: name them by slot in messages.
+        let runs = self.runs.clone();
+        let refused = |s: tonic::Status| Decision::Refused {
+            code: s.code(),
+            message: runs
+                .iter()
+                .enumerate()
+                .fold(s.message().to_string(), |m, (k, id)| {
+                    m.replace(id, &format!("<run {k}>"))
+                }),
+        };
+        match call {
+            Call::Open(plan) => {
+                let req = pb::OpenRunRequest {
+                    plan: Some(*plan),
+                    model_fingerprint: fingerprint.into(),
+                };
+                match self.service.open_run(Request::new(req)).await {
+                    Ok(g) => {
+                        let g = g.into_inner();
+                        for (what, v) in [
+                            ("tau", g.tau),
+                            ("noise multiplier", g.noise_multiplier),
+                            ("run epsilon", g.run_epsilon),
+                        ] {
+                            assert!(v.is_finite(), "grant with {what} = {v} for {plan:?}");
+                        }
+                        self.runs.push(g.run_id);
+                        Decision::Granted {
+                            tau: g.tau.to_bits(),
+                            noise_multiplier: g.noise_multiplier.to_bits(),
+                            releases: g.releases,
+                        }
+                    }
+                    Err(s) => refused(s),
+                }
+            }
+            Call::Step {
+                run,
+                chain,
+                step,
+                theta,
+                theta_proposed,
+            } => {
+                let slot = match run {
+                    RunRef::Slot(k) => *k,
+                    RunRef::Unknown => usize::MAX,
+                };
+                let run_id = self.run_id(*run);
+                let next = self.next_step.entry((slot, *chain)).or_insert(0);
+                let step = match *step {
+                    StepAt::Next => *next,
+                    StepAt::Last => next.saturating_sub(1),
+                    StepAt::Ahead(k) => *next + k,
+                    StepAt::At(k) => k,
+                };
+                let req = pb::LogLikRatioRequest {
+                    key: Some(pb::StepKey {
+                        run_id,
+                        chain: *chain,
+                        step,
+                    }),
+                    theta: theta.clone(),
+                    theta_proposed: theta_proposed.clone(),
+                };
+                match self.service.log_lik_ratio(Request::new(req)).await {
+                    Ok(c) => {
+                        let c = c.into_inner();
+                        assert!(
+                            c.value.iter().all(|v| v.is_finite())
+                                && c.noise_variance.is_finite()
+                                && c.noise_variance >= 0.0,
+                            "non-finite release {:?} (σ² = {}) for {call:?}",
+                            c.value,
+                            c.noise_variance
+                        );
+                        if step == *next {
+                            *next += 1;
+                        }
+                        Decision::Released {
+                            noise_variance: c.noise_variance.to_bits(),
+                            replayed: c.replayed,
+                        }
+                    }
+                    Err(s) => refused(s),
+                }
+            }
+            Call::Close(run) => {
+                let req = pb::CloseRunRequest {
+                    run_id: self.run_id(*run),
+                };
+                match self.service.close_run(Request::new(req)).await {
+                    Ok(c) => Decision::Closed {
+                        releases: c.into_inner().releases,
+                    },
+                    Err(s) => refused(s),
+                }
+            }
+        }
+    }
+}
+
+/// Two parties whose rows differ in exactly one substituted row.
+pub struct Neighbouring {
+    pub a: Subject,
+    pub b: Subject,
+    fingerprint: String,
+}
+
+impl Neighbouring {
+    /// `n` rows of the flat banana (d = 2); party B's row `row` is replaced by `substitute`.
+    pub fn banana(n: usize, row: usize, substitute: [f64; 2], budget: BudgetConfig) -> Self {
+        let spec = ModelSpec::flat_banana(2);
+        let model: Arc<dyn Model> = spec.build().unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+        let rows = model.simulate(&spec.true_theta(), n, &mut rng);
+        let mut columns: Vec<Vec<f64>> = (0..2).map(|j| rows.col(j).to_vec()).collect();
+        for (j, v) in substitute.iter().enumerate() {
+            columns[j][row] = *v;
+        }
+        let other = Columns::from_columns(columns).unwrap();
+        Neighbouring {
+            a: Subject::new(rows, &spec, budget),
+            b: Subject::new(other, &spec, budget),
+            fingerprint: model.fingerprint(),
+        }
+    }
+
+    /// Runs the calls on both parties in the same order; fails at the first call whose
+    /// decisions differ. Returns A's decisions, for assertions on what was exercised.
+    pub async fn same_decisions(&mut self, calls: &[Call]) -> Vec<Decision> {
+        let mut decisions = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            let a = self.a.call(call, &self.fingerprint).await;
+            let b = self.b.call(call, &self.fingerprint).await;
+            assert_eq!(
+                a, b,
+                "call {i} ({call:?}) was decided differently for neighbouring rows"
+            );
+            decisions.push(a);
+        }
+        decisions
+    }
+}
+
+/// A full-data penalty plan.
+pub fn plan(chains: u32, steps: u64, clip: f64, noise: pb::run_plan::Noise) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::FullPenalty as i32,
+        chains,
+        steps_per_chain: steps,
+        clip,
+        noise: Some(noise),
+        ..Default::default()
+    }
+}
+
+pub fn tau(t: f64) -> pb::run_plan::Noise {
+    pb::run_plan::Noise::Tau(t)
+}
+
+/// The next step of `chain` in run slot `run` at (θ, θ′).
+pub fn step(run: usize, chain: u32, theta: &[f64], theta_proposed: &[f64]) -> Call {
+    Call::Step {
+        run: RunRef::Slot(run),
+        chain,
+        step: StepAt::Next,
+        theta: theta.to_vec(),
+        theta_proposed: theta_proposed.to_vec(),
+    }
+}
