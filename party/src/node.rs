@@ -22,11 +22,16 @@ pub const FULL_PENALTY: &str = "full-penalty";
 /// variant this party does not serve. The one place a variant maps to a [`MechanismKind`].
 pub fn mechanism_of(variant: &str) -> Option<MechanismKind> {
     match variant {
-        // Σ clip(r_x) over all rows plus Gaussian noise (seed 004 Alg. 2).
+        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2).
         FULL_PENALTY => Some(MechanismKind::Gaussian),
         _ => None,
     }
 }
+
+/// Noise multipliers s = τ·√n a requested τ may give. Below, one release's privacy loss
+/// μ = 1/(2s²) is beyond any budget and overflows the accountant for tiny τ; above, the noise
+/// is pointless and its variance overflows. (Calibration searches inside this range.)
+pub const NOISE_MULTIPLIERS: (f64, f64) = (1e-9, 1e12);
 
 /// Most chains one run may hold.
 pub const MAX_CHAINS: u32 = 1024;
@@ -320,12 +325,20 @@ impl PartyNode {
                 plan.clip
             )));
         }
-        if let NoiseRequest::Tau(tau) = plan.noise
-            && !(tau.is_finite() && tau > 0.0)
-        {
-            return Err(PartyError::InvalidArgument(format!(
-                "tau must be a positive number, got {tau}"
-            )));
+        if let NoiseRequest::Tau(tau) = plan.noise {
+            let n = self.data.n();
+            let s = tau * (n as f64).sqrt();
+            let (low, high) = NOISE_MULTIPLIERS;
+            if !(tau.is_finite() && tau > 0.0) {
+                return Err(PartyError::InvalidArgument(format!(
+                    "tau must be a positive number, got {tau}"
+                )));
+            }
+            if !(low..=high).contains(&s) {
+                return Err(PartyError::InvalidArgument(format!(
+                    "tau = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
+                )));
+            }
         }
         let releases = (plan.chains as u64)
             .checked_mul(plan.steps_per_chain)

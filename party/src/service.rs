@@ -11,6 +11,7 @@ use fedmcmc_proto::MAX_MESSAGE_BYTES;
 use fedmcmc_proto::v1 as pb;
 use pb::party_server::{Party, PartyServer};
 use tokio::net::TcpListener;
+use tonic::codegen::http;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -150,11 +151,17 @@ impl Party for PartyService {
                 ));
             }
         };
+        let variant = pb::Variant::try_from(plan.variant).map_err(|_| {
+            Status::unimplemented(format!(
+                "variant number {} is not a variant of {PROTOCOL_VERSION}; this party serves {FULL_PENALTY}",
+                plan.variant
+            ))
+        })?;
         let grant = self
             .node
             .open_run(
                 Plan {
-                    variant: variant_name(plan.variant()).to_string(),
+                    variant: variant_name(variant).to_string(),
                     chains: plan.chains,
                     steps_per_chain: plan.steps_per_chain,
                     clip: plan.clip,
@@ -210,7 +217,7 @@ impl Party for PartyService {
                     Some((Ok(reply), Some((node, inbound))))
                 }
                 Ok(None) => None,
-                Err(status) => Some((Err(status), None)),
+                Err(status) => Some((Err(oversize_is_exhaustion(status)), None)),
             }
         });
         Ok(Response::new(Box::pin(replies)))
@@ -265,6 +272,29 @@ impl tonic::service::Interceptor for BearerAuth {
     }
 }
 
+/// An oversize request is RESOURCE_EXHAUSTED, as gRPC's reference servers report it. Tonic's
+/// decoder says OUT_OF_RANGE, a code this service never answers otherwise.
+fn oversize_is_exhaustion(status: Status) -> Status {
+    if status.code() == tonic::Code::OutOfRange {
+        Status::resource_exhausted(status.message())
+    } else {
+        status
+    }
+}
+
+/// [`oversize_is_exhaustion`] for a unary call, which tonic refuses before any handler runs:
+/// the status travels in the response headers (a trailers-only response).
+fn oversize_is_exhaustion_in_headers(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    let status = response.headers().get("grpc-status");
+    if status.is_some_and(|code| code.as_bytes() == b"11") {
+        let code = http::HeaderValue::from(tonic::Code::ResourceExhausted as i32);
+        response.headers_mut().insert("grpc-status", code);
+    }
+    response
+}
+
 /// The service with its limits: authentication first, then a cap on message size so an
 /// oversize request is refused before it is decoded.
 pub fn service(
@@ -287,6 +317,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(
+            oversize_is_exhaustion_in_headers,
+        ))
         .add_service(service(node, token))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
