@@ -1,6 +1,6 @@
 //! The DP penalty acceptance test: the one place a proposal is accepted or rejected.
 //!
-//! Seed 004 Alg. 1-2 (federated form, Sec. 3.2.2), seed 003 Sec. 3.1: with Σᵢ d̂ᵢ the sum of
+//! Yıldırım & Ermiş 2019, Alg. 1-2 (federated form, Sec. 3.2.2), Räisä 2020, Sec. 3.1: with Σᵢ d̂ᵢ the sum of
 //! the parties' noisy log-likelihood ratios and σ² = Σᵢ σᵢ² the total variance of their
 //! noise, accept iff
 //!

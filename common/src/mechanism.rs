@@ -1,4 +1,4 @@
-//! The Gaussian mechanism (seed 003 Thm 2.11): release `value + N(0, (s·Δ)²)` where Δ is the
+//! The Gaussian mechanism (Räisä 2020, Thm 2.11): release `value + N(0, (s·Δ)²)` where Δ is the
 //! L2 sensitivity and s the noise multiplier. Which RNG feeds it is the caller's decision;
 //! a party always passes an OS-seeded CSPRNG.
 use rand::Rng;

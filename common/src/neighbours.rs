@@ -12,7 +12,7 @@ pub enum Neighbours {
 impl Neighbours {
     /// L2 sensitivity of a sum of per-row values each clipped to `[-bound, bound]`:
     /// substituting a row can move the sum by `2·bound`, adding or removing one by `bound`
-    /// (DESIGN §3, seed 003 Sec. 3.1).
+    /// (DESIGN §3, Räisä 2020, Sec. 3.1).
     pub fn clipped_sum_sensitivity(self, bound: f64) -> f64 {
         match self {
             Neighbours::Substitute => 2.0 * bound,

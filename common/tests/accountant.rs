@@ -166,7 +166,7 @@ fn max_releases_is_the_last_count_that_fits() {
     }
 }
 
-/// Seed 003 Sec. 6.1's setting: s = τ√n with τ = 0.1, n = 100 000, δ = 0.1/n.
+/// Räisä 2020, Sec. 6.1's setting: s = τ√n with τ = 0.1, n = 100 000, δ = 0.1/n.
 #[test]
 fn max_releases_in_the_thesis_setting() {
     let (tau, n) = (0.1, 100_000.0f64);
@@ -219,7 +219,7 @@ fn calibrate_returns_the_smallest_multiplier() {
 
 #[test]
 fn heterogeneous_composition_adds_mus() {
-    // DP HMC, seed 003 Thm 4.3: one log-ratio release and L + 1 = 6 gradient releases per iteration.
+    // DP HMC, Räisä 2020, Thm 4.3: one log-ratio release and L + 1 = 6 gradient releases per iteration.
     let (k, sl, sg) = (250.0, 12.0, 30.0);
     let c = GaussianComposition::from_releases(&[(k, sl), (6.0 * k, sg)]).unwrap();
     let sum = k * mu_per_release(sl) + 6.0 * k * mu_per_release(sg);

@@ -1,4 +1,4 @@
-//! The generic solvers over every accountant (seed 003 Alg. 2 generalised): their defining
+//! The generic solvers over every accountant (Räisä 2020, Alg. 2 generalised): their defining
 //! properties, `best` against each valid accountant, monotonicity, measures' conversions and
 //! refusals.
 use fedmcmc_common::accountant::{

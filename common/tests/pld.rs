@@ -163,7 +163,7 @@ fn gaussian_agrees_with_the_analytic_composition() {
     }
 }
 
-/// Heterogeneous releases compose like the analytic μ's add (seed 003 Thm 4.3).
+/// Heterogeneous releases compose like the analytic μ's add (Räisä 2020, Thm 4.3).
 #[test]
 fn heterogeneous_gaussian_releases_add_their_mus() {
     let config = PldConfig::default();

@@ -179,7 +179,7 @@ fn poisson_integer_orders_match_the_exact_binomial_expansion() {
 }
 
 /// dp-accounting's (and our) Thm 27 refinement may only lower WBK19 Thm 9, the bound the
-/// thesis quotes (seed 003 Thm 3.5); at q = 1/2 and above Thm 9 binds at every order.
+/// thesis quotes (Räisä 2020, Thm 3.5); at q = 1/2 and above Thm 9 binds at every order.
 #[test]
 fn without_replacement_is_at_most_the_thesis_bound() {
     let mut strictly_below = 0;

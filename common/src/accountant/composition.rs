@@ -1,6 +1,6 @@
 //! Compositions of releases of any of the sampler's mechanisms, which accountant covers which,
 //! and the solvers over any of them: ε at δ, δ at ε, the most releases that fit and the least
-//! noise that fits (seed 003 Alg. 2 generalised from μ to any [`Measure`]).
+//! noise that fits (Räisä 2020, Alg. 2 generalised from μ to any [`Measure`]).
 //!
 //! Coverage ([`Method`]): `analytic` and `zcdp` take plain Gaussian releases only (either
 //! relation; the multiplier is taken under the chosen one). `pld` takes all three mechanisms
@@ -473,7 +473,7 @@ impl Method {
         let start = self.measure(prefix)?;
         let delta_after = |k: u64| start.compose(&one, k as f64)?.delta(epsilon);
         let k = match self.gaussian() {
-            // The existing real-valued search (seed 003 Alg. 2), same arithmetic.
+            // The existing real-valued search (Räisä 2020, Alg. 2), same arithmetic.
             Some(a)
                 if prefix.releases.is_empty() && release.mechanism == MechanismKind::Gaussian =>
             {
@@ -723,7 +723,7 @@ impl Choice {
     }
 
     /// The most releases of `mechanism` with multiplier s that fit (ε, δ) after `prefix`:
-    /// δ(k) ≤ δ < δ(k + 1), by doubling and bisection on integer k (seed 003 Alg. 2; the
+    /// δ(k) ≤ δ < δ(k + 1), by doubling and bisection on integer k (Räisä 2020, Alg. 2; the
     /// real-valued original for analytic/zcdp without a prefix). 0 if not even one fits.
     pub fn max_releases(
         self,

@@ -1,7 +1,7 @@
 //! The tight (ε, δ) curve of composed Gaussian mechanisms. Each release with noise multiplier s
 //! has the privacy-loss distribution N(μ, 2μ) with μ = 1/(2s²); composition adds μ's, also
 //! across different multipliers; and the hockey-stick divergence of N(μ, 2μ) is
-//! δ(ε) = ½[erfc((ε−μ)/(2√μ)) − e^ε·erfc((ε+μ)/(2√μ))] (seed 003 Thm 2.11(3), 3.2, 4.3).
+//! δ(ε) = ½[erfc((ε−μ)/(2√μ)) − e^ε·erfc((ε+μ)/(2√μ))] (Räisä 2020, Thm 2.11(3), 3.2, 4.3).
 //!
 //! Numerics. With x₁ = (ε−μ)/(2√μ) and x₂ = (ε+μ)/(2√μ) = x₁ + √μ one has x₂² − x₁² = ε, so
 //! e^ε·e^{−x₂²} = e^{−x₁²} and, for x₁ ≥ 0, δ = ½e^{−x₁²}[erfcx(x₁) − erfcx(x₂)]: both tails
@@ -46,7 +46,7 @@ impl GaussianComposition {
     }
 
     /// `count` releases with multiplier `noise_multiplier` per entry; μ's add even when the
-    /// multipliers differ (seed 003 Thm 4.3, e.g. DP HMC's log-ratio and gradient releases).
+    /// multipliers differ (Räisä 2020, Thm 4.3, e.g. DP HMC's log-ratio and gradient releases).
     /// Counts may be fractional, which the max-iterations search (Alg. 2) relies on.
     pub fn from_releases(releases: &[(f64, f64)]) -> Result<Self, AccountantError> {
         let mut mu = 0.0;
@@ -62,7 +62,7 @@ impl GaussianComposition {
         self.mu
     }
 
-    /// Tight δ(ε) (seed 003 Thm 3.2); relative accuracy as in the module notes. Defined for
+    /// Tight δ(ε) (Räisä 2020, Thm 3.2); relative accuracy as in the module notes. Defined for
     /// every ε (for ε < 0 it is the hockey-stick divergence too); NaN in, NaN out.
     pub fn delta(&self, epsilon: f64) -> f64 {
         match self.tail(epsilon) {
@@ -91,7 +91,7 @@ impl GaussianComposition {
         if delta <= 0.0 {
             return f64::INFINITY;
         }
-        // zCDP's ε is a valid, looser bound, hence a bracket (seed 003 Thm 2.5).
+        // zCDP's ε is a valid, looser bound, hence a bracket (Räisä 2020, Thm 2.5).
         let mut hi = zcdp::epsilon_bound(self.mu, delta);
         while self.delta(hi) > delta {
             hi *= 2.0;

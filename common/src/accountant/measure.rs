@@ -15,9 +15,9 @@ use crate::accountant::composition::CompositionError;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Measure {
     /// Composed Gaussian releases summarised by μ; their privacy-loss distribution is exactly
-    /// N(μ, 2μ) (seed 003 Thm 3.2, 4.3).
+    /// N(μ, 2μ) (Räisä 2020, Thm 3.2, 4.3).
     Gaussian(GaussianComposition),
-    /// ρ-zCDP; ρ's add under composition (seed 003 Thm 2.7(3)).
+    /// ρ-zCDP; ρ's add under composition (Räisä 2020, Thm 2.7(3)).
     Zcdp { rho: f64 },
     /// ε(α) on the grid of orders; ε's add per order (Mironov 2017 Prop 1).
     Rdp(RdpCurve),

@@ -3,8 +3,8 @@
 //! Every release is a Gaussian mechanism; its noise multiplier s is noise std / L2 sensitivity.
 //! A composition of releases is summarised by μ = Σ 1/(2s²) ([`GaussianComposition`]), and an
 //! [`Accountant`] turns μ into (ε, δ) statements: the tight analytic Gaussian privacy-loss
-//! curve (seed 003 Thm 3.2, 4.3) or the looser zCDP conversion (Thm 2.5, 3.1).
-//! [`max_releases`] is seed 003 Alg. 2; [`calibrate`] inverts it for the noise.
+//! curve (Räisä 2020, Thm 3.2, 4.3) or the looser zCDP conversion (Thm 2.5, 3.1).
+//! [`max_releases`] is Räisä 2020, Alg. 2; [`calibrate`] inverts it for the noise.
 //!
 //! Beyond plain Gaussian releases: a [`Composition`] of [`Release`]s of any mechanism
 //! (Gaussian, Poisson-subsampled, batch without replacement) is accounted by a [`Method`]
@@ -103,10 +103,10 @@ const MAX_EXACT_COUNT: f64 = 9_007_199_254_740_992.0;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Accountant {
-    /// Tight: the Gaussian privacy-loss distribution N(μ, 2μ) (seed 003 Thm 3.2, 4.3).
+    /// Tight: the Gaussian privacy-loss distribution N(μ, 2μ) (Räisä 2020, Thm 3.2, 4.3).
     #[default]
     Analytic,
-    /// zCDP with ρ = μ and the Thm 2.5 conversion (seed 003 Thm 3.1, 4.2): never tighter.
+    /// zCDP with ρ = μ and the Thm 2.5 conversion (Räisä 2020, Thm 3.1, 4.2): never tighter.
     Zcdp,
 }
 
@@ -124,8 +124,8 @@ impl Accountant {
     /// What the method is, for reports.
     pub fn name(self) -> &'static str {
         match self {
-            Accountant::Analytic => "analytic-gaussian-pld (seed 003 Thm 3.2, 4.3)",
-            Accountant::Zcdp => "zcdp-to-approx-dp (seed 003 Thm 2.5, 3.1)",
+            Accountant::Analytic => "analytic-gaussian-pld (Räisä 2020, Thm 3.2, 4.3)",
+            Accountant::Zcdp => "zcdp-to-approx-dp (Räisä 2020, Thm 2.5, 3.1)",
         }
     }
 
@@ -186,7 +186,7 @@ impl FromStr for Accountant {
 }
 
 /// The largest k such that k releases with multiplier s fit (ε, δ): δ(k) ≤ δ < δ(k+1) as the
-/// accountant computes δ (0 if not even one release fits). Seed 003 Alg. 2: start from the
+/// accountant computes δ (0 if not even one release fits). Räisä 2020, Alg. 2: start from the
 /// zCDP count of Thm 3.1, double until it no longer fits, bisect on real-valued k.
 pub fn max_releases(
     accountant: Accountant,

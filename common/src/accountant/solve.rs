@@ -28,7 +28,7 @@ pub(crate) fn next_down(x: f64) -> f64 {
 }
 
 /// The largest integer k with `fits(k)` for a predicate that holds at 0 and, once it fails,
-/// keeps failing (seed 003 Alg. 2 on integer counts): doubles from 1 until it fails, then
+/// keeps failing (Räisä 2020, Alg. 2 on integer counts): doubles from 1 until it fails, then
 /// bisects, so the answer has fits(k) and !fits(k + 1) with ~2·log₂k evaluations. `None` when
 /// it still holds at `limit`.
 pub(crate) fn last_fitting<E>(

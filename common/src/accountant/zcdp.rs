@@ -1,10 +1,10 @@
 //! zCDP accounting for Gaussian releases. A release with noise multiplier s is ρ = 1/(2s²)-zCDP
-//! (seed 003 Thm 2.11(2)), so ρ equals the PLD's μ; ρ's add under composition (Thm 2.7(3)); and
+//! (Räisä 2020, Thm 2.11(2)), so ρ equals the PLD's μ; ρ's add under composition (Thm 2.7(3)); and
 //! ρ-zCDP implies (ρ + 2√(ρ ln(1/δ)), δ)-DP (Thm 2.5). The conversion is loose, so this is kept
 //! for comparison with the thesis's Thm 3.1 / 4.2 counts, never as the tighter choice.
 use super::{AccountantError, check_delta, check_epsilon, check_mu};
 
-/// ε of ρ-zCDP at δ (seed 003 Thm 2.5): ρ + 2√(ρ ln(1/δ)).
+/// ε of ρ-zCDP at δ (Räisä 2020, Thm 2.5): ρ + 2√(ρ ln(1/δ)).
 pub fn epsilon(rho: f64, delta: f64) -> Result<f64, AccountantError> {
     check_mu(rho)?;
     check_delta(delta)?;
@@ -19,7 +19,7 @@ pub fn delta(rho: f64, epsilon: f64) -> Result<f64, AccountantError> {
     Ok(delta_bound(rho, epsilon))
 }
 
-/// The largest ρ whose Thm 2.5 conversion fits (ε, δ) (seed 003 Thm 3.1):
+/// The largest ρ whose Thm 2.5 conversion fits (ε, δ) (Räisä 2020, Thm 3.1):
 /// (√(ε − ln δ) − √(−ln δ))².
 pub fn max_rho(epsilon: f64, delta: f64) -> Result<f64, AccountantError> {
     check_epsilon(epsilon)?;

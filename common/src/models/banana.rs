@@ -1,4 +1,4 @@
-//! The banana model of seed 003 Thm 5.2: prior θ ~ Ban(0, σ0² I, a, b, m) and
+//! The banana model of Räisä 2020, Thm 5.2: prior θ ~ Ban(0, σ0² I, a, b, m) and
 //! xᵢ ~ N(uᵢ, σᵢ²) with u = g⁻¹(θ) = (θ1, θ2 + a(θ1 − m)² + b, θ3, …). In u the model is a
 //! conjugate Gaussian with diagonal covariances, and g⁻¹ is a shear with Jacobian 1, so the
 //! tempered posterior is again a banana with a Gaussian latent u.
@@ -92,7 +92,7 @@ impl BananaSpec {
     }
 }
 
-/// g⁻¹(θ) = (θ1, θ2 + a(θ1 − m)² + b, θ3, …) of seed 003 Def. 5.1, applied index by index so
+/// g⁻¹(θ) = (θ1, θ2 + a(θ1 − m)² + b, θ3, …) of Räisä 2020, Def. 5.1, applied index by index so
 /// per-row evaluation does not allocate.
 #[derive(Clone, Copy, Debug)]
 struct Shear {
@@ -162,7 +162,7 @@ impl Model for Banana {
         ))
     }
 
-    /// Ban(0, σ0² I, a, b, m): N(0, σ0² I) at g⁻¹(θ), Jacobian 1 (seed 003 Thm 5.2 proof).
+    /// Ban(0, σ0² I, a, b, m): N(0, σ0² I) at g⁻¹(θ), Jacobian 1 (Räisä 2020, Thm 5.2 proof).
     fn log_prior(&self, theta: &[f64]) -> f64 {
         let d = self.dim();
         let ss: f64 = (0..d).map(|i| self.shear.u(theta, i).powi(2)).sum();
@@ -223,7 +223,7 @@ impl Model for Banana {
         Columns::from_column_major(n, self.dim(), values).expect("finite simulated data")
     }
 
-    /// Seed 003 Thm 5.2: u ~ N(μ, Σ) with μᵢ = T τᵢ Σx xᵢ / (T n τᵢ + τ0),
+    /// Räisä 2020, Thm 5.2: u ~ N(μ, Σ) with μᵢ = T τᵢ Σx xᵢ / (T n τᵢ + τ0),
     /// Σᵢᵢ = 1 / (T n τᵢ + τ0), and θ = g(u).
     fn exact_posterior(&self, data: &Columns) -> Option<Box<dyn ExactPosterior>> {
         let n = data.n() as f64;

@@ -1,5 +1,5 @@
 //! Gaussian likelihood with known covariance: x ~ N(θ, Σ), prior θ ~ N(m0, σ0² I), tempering
-//! T (seed 003 Sec. 5.1; the "correlated Gauss" experiment). Conjugate, so the exact
+//! T (Räisä 2020, Sec. 5.1; the "correlated Gauss" experiment). Conjugate, so the exact
 //! posterior is Gaussian.
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;

@@ -1,4 +1,4 @@
-//! Statistical models (DESIGN §3 "Models", seed 003 Sec. 5.1). A model knows its prior, its
+//! Statistical models (DESIGN §3 "Models", Räisä 2020, Sec. 5.1). A model knows its prior, its
 //! tempered per-row log-likelihood and gradients, the party's clipped log-ratio sum, how to
 //! simulate data, and, where one exists, its exact posterior (the reference for tests and
 //! for MMD against DP chains).
@@ -107,7 +107,7 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
-    /// Thesis "flat banana" (seed 003 Table 5.1): a = 20, b = m = 0, σ1² = 20, σ2² = 2.5,
+    /// Thesis "flat banana" (Räisä 2020, Table 5.1): a = 20, b = m = 0, σ1² = 20, σ2² = 2.5,
     /// σᵢ² = 1 for i > 2, σ0² = 1000, T = 1.
     pub fn flat_banana(d: usize) -> Self {
         ModelSpec::Banana(BananaSpec::flat(d))

@@ -1,5 +1,5 @@
 //! A multivariate normal distribution: the exact posterior of the Gaussian model and the
-//! latent posterior of the banana model (seed 003 Thm 5.2).
+//! latent posterior of the banana model (Räisä 2020, Thm 5.2).
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference values of the tight Gaussian-PLD delta (seed 003 Thm 3.2) for tests/accountant.rs.
+"""Reference values of the tight Gaussian-PLD delta (Räisä 2020, Thm 3.2) for tests/accountant.rs.
 
     delta(eps; mu) = 1/2 [erfc((eps - mu)/(2 sqrt mu)) - e^eps erfc((eps + mu)/(2 sqrt mu))]
 

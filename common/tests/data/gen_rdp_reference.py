@@ -14,9 +14,9 @@ Independently, in mpmath at 50 digits:
   * the Poisson-subsampled Gaussian at integer orders by the exact binomial expansion
     (Mironov, Talwar, Zhang 2019);
   * the without-replacement bound of Wang-Balle-Kasiviswanathan 2019 Thm 9 as quoted in
-    seed 003 Thm 3.5 (dp-accounting tightens it by their Thm 27, so the Rust curve must be
+    Räisä 2020, Thm 3.5 (dp-accounting tightens it by their Thm 27, so the Rust curve must be
     at or below it);
-  * the DP Barker bound of seed 003 Thm 3.3 (not in dp-accounting) at its integer orders
+  * the DP Barker bound of Räisä 2020, Thm 3.3 (not in dp-accounting) at its integer orders
     2 < a < b/5 on the grid, and epsilon at delta for compositions of it under both
     conversions, minimised over those orders.
 
@@ -90,7 +90,7 @@ CASES = [
     ([("w1_100_10000", 500), ("w3_500_1000", 5), ("g20", 100)], 1e-5),
 ]
 
-# DP Barker (seed 003 Thm 3.3): (name, batch, population); cases (name, iterations, delta).
+# DP Barker (Räisä 2020, Thm 3.3): (name, batch, population); cases (name, iterations, delta).
 BARKER = [("b100_10000", 100, 10000), ("b500_100000", 500, 100000),
           ("b1000_1000000", 1000, 1000000), ("b40_4000", 40, 4000)]
 BARKER_CASES = [("b100_10000", 1000, 1e-5), ("b500_100000", 10000, 1e-5),
@@ -143,7 +143,7 @@ def poisson_exact(q, s, a):
 
 
 def wbk_thm9(q, base, a):
-    """WBK19 Thm 9 with eps(inf) = inf (seed 003 Thm 3.3/3.5) for integer a >= 2."""
+    """WBK19 Thm 9 with eps(inf) = inf (Räisä 2020, Thm 3.3/3.5) for integer a >= 2."""
     q = mpf(q)
     e2 = base(2)
     total = 1 + q ** 2 * binom(a, 2) * min(4 * (mpmath.exp(e2) - 1), 2 * mpmath.exp(e2))

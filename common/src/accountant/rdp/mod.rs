@@ -1,16 +1,16 @@
 //! Rényi-DP accounting (DESIGN.md §3 "Accounting for a party", issue 4 item 4).
 //!
 //! An [`RdpCurve`] is ε(α) on one fixed grid of orders ([`RdpCurve::orders`]). Curves of
-//! releases add under composition (Mironov 2017 Prop 1; seed 003 Thm 2.7(2)), also across
+//! releases add under composition (Mironov 2017 Prop 1; Räisä 2020, Thm 2.7(2)), also across
 //! different mechanisms ([`RdpCurve::compose`]), and turn into (ε, δ) statements by minimising a
 //! conversion over the grid ([`RdpCurve::epsilon`], [`RdpCurve::delta`]). Mechanisms:
 //!
 //! * the Gaussian mechanism, ε(α) = α/(2s²) (Mironov 2017 Prop 7), under either relation;
 //! * the Poisson-subsampled Gaussian, add/remove neighbours (Mironov, Talwar, Zhang 2019);
 //! * the Gaussian on a batch of fixed size drawn without replacement, substitute neighbours
-//!   (Wang, Balle, Kasiviswanathan 2019 Thm 9 as quoted in seed 003 Thm 3.5, tightened by
+//!   (Wang, Balle, Kasiviswanathan 2019 Thm 9 as quoted in Räisä 2020, Thm 3.5, tightened by
 //!   their Thm 27 where that is smaller);
-//! * DP Barker (seed 003 Thm 3.3), substitute neighbours.
+//! * DP Barker (Räisä 2020, Thm 3.3), substitute neighbours.
 //!
 //! The numbers follow Google's `dp_accounting.rdp` 0.6.0 formula by formula, so that an
 //! analyst can reproduce a party's answer there (tests/rdp.rs checks them against it).
@@ -36,7 +36,7 @@ pub enum RdpError {
     )]
     InvalidBatch { batch: u64, population: u64 },
     #[error(
-        "the DP Barker bound (seed 003 Thm 3.3) needs orders 2 < α < b/5, so a batch of at \
+        "the DP Barker bound (Räisä 2020, Thm 3.3) needs orders 2 < α < b/5, so a batch of at \
          least 16 rows, got {0}"
     )]
     BarkerBatchTooSmall(u64),
@@ -73,7 +73,7 @@ pub struct RdpCurve {
 /// How RDP turns into approximate DP at one order α > 1.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RdpConversion {
-    /// Mironov 2017 Prop 3 (seed 003 Thm 2.5): ε = ε(α) + ln(1/δ)/(α−1).
+    /// Mironov 2017 Prop 3 (Räisä 2020, Thm 2.5): ε = ε(α) + ln(1/δ)/(α−1).
     Mironov,
     /// Canonne, Kamath, Steinke 2020 Prop 12 / Balle et al. 2020 Thm 21:
     /// ε = ε(α) + ln((α−1)/α) − (ln δ + ln α)/(α−1), together with the total-variation bound
@@ -114,7 +114,7 @@ impl RdpCurve {
     }
 
     /// One Gaussian release with noise multiplier s (noise std / L2 sensitivity under the
-    /// caller's relation): ε(α) = α/(2s²) (Mironov 2017 Prop 7; seed 003 Thm 2.11(2)).
+    /// caller's relation): ε(α) = α/(2s²) (Mironov 2017 Prop 7; Räisä 2020, Thm 2.11(2)).
     pub fn gaussian(noise_multiplier: f64) -> Result<Self, RdpError> {
         check_noise_multiplier(noise_multiplier)?;
         Ok(Self::from_fn(None, |a| gaussian_rdp(noise_multiplier, a)))
@@ -134,7 +134,7 @@ impl RdpCurve {
 
     /// One Gaussian release on a batch of `batch` rows drawn without replacement from
     /// `population`, substitute neighbours, multiplier s under substitution (WBK19 Thm 9/27,
-    /// seed 003 Thm 3.5; fractional orders by their Cor 10).
+    /// Räisä 2020, Thm 3.5; fractional orders by their Cor 10).
     pub fn batch_gaussian(
         noise_multiplier: f64,
         batch: u64,
@@ -150,7 +150,7 @@ impl RdpCurve {
 
     /// One iteration of DP Barker with a batch of b rows out of n, noise variance 2 and
     /// per-row log-likelihood ratios bounded by √b/n (the caller's clipping or tempering
-    /// guarantees that), substitute neighbours: seed 003 Thm 3.3, finite only at the integer
+    /// guarantees that), substitute neighbours: Räisä 2020, Thm 3.3, finite only at the integer
     /// orders 2 < α < b/5, so converting picks the optimal integer order there.
     pub fn dp_barker(batch: u64, population: u64) -> Result<Self, RdpError> {
         let q = sampling_fraction(batch, population)?;
@@ -163,7 +163,7 @@ impl RdpCurve {
     }
 
     /// The composition of `count` releases of each curve (Mironov 2017 Prop 1): ε's add per
-    /// order. Counts may be fractional (the max-releases bisection of seed 003 Alg. 2 needs
+    /// order. Counts may be fractional (the max-releases bisection of Räisä 2020, Alg. 2 needs
     /// that); a count of 0 contributes nothing. Curves under different relations don't mix.
     pub fn compose(parts: &[(&RdpCurve, f64)]) -> Result<Self, RdpError> {
         let mut total = vec![0.0; ORDERS.len()];

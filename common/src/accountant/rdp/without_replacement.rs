@@ -1,7 +1,7 @@
 //! Amplification by subsampling without replacement, substitute neighbours: Wang, Balle,
 //! Kasiviswanathan 2019 (WBK19), "Subsampled Rényi Differential Privacy and Analytical Moments
 //! Accountant". For a base mechanism with RDP ε′ and a batch fraction q = b/n, at integer α ≥ 2
-//! (their Thm 9 with ε′(∞) = ∞, as quoted in seed 003 Thm 3.3 and 3.5):
+//! (their Thm 9 with ε′(∞) = ∞, as quoted in Räisä 2020, Thm 3.3 and 3.5):
 //!
 //!   ε(α) ≤ 1/(α−1) ln(1 + q²C(α,2) min{4(e^{ε′(2)} − 1), 2e^{ε′(2)}}
 //!                       + Σ_{j=3}^{α} q^j C(α,j) · 2e^{(j−1)ε′(j)}).
@@ -59,7 +59,7 @@ impl SubsampledGaussian {
     }
 }
 
-/// ε(α) of one DP Barker iteration (seed 003 Thm 3.3): Thm 9 on the base bound
+/// ε(α) of one DP Barker iteration (Räisä 2020, Thm 3.3): Thm 9 on the base bound
 /// ε′(α) = 5/(2b) + ln(2b/(b−5α))/(2(α−1)) + 2α/(b−5α) of Heikkilä et al. 2019, which holds
 /// for integer 2 < α < b/5; +∞ at every other order.
 pub(super) fn barker_rdp(q: f64, b: f64, order: f64) -> f64 {
