@@ -1,4 +1,4 @@
-//! Privacy accounting for a party's releases (DESIGN.md §3 "Accounting for a party").
+//! Privacy accounting for a party's releases (docs/design.md §3 "Accounting for a party").
 //!
 //! Every release is a Gaussian mechanism; its noise multiplier s is noise std / L2 sensitivity.
 //! A composition of releases is summarised by μ = Σ 1/(2s²) ([`GaussianComposition`]), and an

@@ -1,4 +1,4 @@
-//! Rényi-DP accounting (DESIGN.md §3 "Accounting for a party", issue 4 item 4).
+//! Rényi-DP accounting (docs/design.md §3 "Accounting for a party", issue 4 item 4).
 //!
 //! An [`RdpCurve`] is ε(α) on one fixed grid of orders ([`RdpCurve::orders`]). Curves of
 //! releases add under composition (Mironov 2017 Prop 1; Räisä 2020, Thm 2.7(2)), also across
