@@ -26,20 +26,21 @@ pub struct ClippedSum {
 }
 
 /// Clip one row's term to `[-bound, bound]`, by a fixed rule that needs no finite input:
-/// ±∞ becomes ±bound and NaN (a term such as ∞ − ∞ at extreme parameters) becomes 0.
+/// ±∞ becomes ±bound and NaN (a term such as ∞ − ∞ at extreme parameters) becomes −bound, as
+/// if the row made the proposal as unlikely as the clip allows.
 ///
 /// So every row's clipped term lies in `[-bound, bound]` whatever the row holds, and the
 /// sensitivity argument holds unchanged: substituting one row moves a sum of clipped terms by
 /// at most 2·bound, adding or removing one by at most bound. The sum of n terms is at most
 /// n·bound in magnitude, so it is finite whenever n·bound is: a release path checks that
 /// public product before it reads a row, and never has to refuse after reading them.
+///
+/// Written as two selects, each false for NaN, so it compiles to a max and a min with no
+/// extra NaN test in the hot loop (an explicit `is_nan` branch cost 60% of its throughput).
 #[inline(always)]
 pub fn clip(r: f64, bound: f64) -> f64 {
-    if r.is_nan() {
-        0.0
-    } else {
-        r.clamp(-bound, bound)
-    }
+    let low = if r > -bound { r } else { -bound };
+    if low < bound { low } else { bound }
 }
 
 #[cfg(test)]
@@ -58,7 +59,8 @@ mod tests {
     fn non_finite_terms_map_into_the_bound() {
         assert_eq!(clip(f64::INFINITY, 2.0), 2.0);
         assert_eq!(clip(f64::NEG_INFINITY, 2.0), -2.0);
-        assert_eq!(clip(f64::NAN, 2.0), 0.0);
+        assert_eq!(clip(f64::NAN, 2.0), -2.0);
         assert_eq!(clip(f64::NAN, 0.0), 0.0);
+        assert_eq!(clip(-0.5, 2.0), -0.5);
     }
 }

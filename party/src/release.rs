@@ -18,7 +18,7 @@
 //!    b > 0, not underflowing (a subnormal noise std would add almost no noise).
 //! 2. **The rows, which cannot refuse.** The statistic is a closure from the rows to a vector:
 //!    it returns values, not a `Result`. Each row's term is clipped by the fixed rule of
-//!    [`fedmcmc_common::clip::clip`] (±∞ → ±b, NaN → 0), so every term lies in [−b, b]
+//!    [`fedmcmc_common::clip::clip`] (±∞ → ±b, NaN → −b), so every term lies in [−b, b]
 //!    whatever the row holds; the sensitivity argument holds unchanged and the sum of n terms
 //!    is finite because n·b is. Gaussian noise from the OS-seeded CSPRNG follows (finite: σ
 //!    is at most 1e150), the release is charged to the ledger durably, and only then answered.

@@ -131,16 +131,12 @@ mod tests {
                 "w {w}, c {c}: {got:?}"
             );
         }
-        // ∞·1 − ∞ is NaN → 0; ∞·(−1) − ∞ = −∞ → −3; ∞·0 is NaN → 0; ∞·MAX − ∞ NaN → 0;
-        // ∞·(−MAX) − ∞ = −∞ → −3.
+        // −∞ + ∞·x is NaN for x > 0 and for x = 0 (∞·0), −∞ for x < 0: each becomes −3.
         let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::NEG_INFINITY, 3.0);
-        assert_eq!(
-            got,
-            ClippedSum {
-                sum: -6.0,
-                clipped: 5
-            }
-        );
+        assert_eq!((got.sum, got.clipped), (-15.0, 5));
+        // +∞ + ∞·x: NaN for x ≤ 0 (∞·0 is NaN; → −3), +∞ for x > 0 (→ +3).
+        let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::INFINITY, 3.0);
+        assert_eq!((got.sum, got.clipped), (-3.0, 5));
     }
 
     #[test]
