@@ -281,7 +281,7 @@ async fn stopped(
         None,
     )
     .unwrap();
-    assert_eq!(report.partial.map(|p| p.0), Some(Signal::Interrupt));
+    assert_eq!(report.partial.map(|p| p.signal), Some(Signal::Interrupt));
     assert!(report.table.starts_with("PARTIAL: stopped by SIGINT"));
     let line = report.interrupted_line(Signal::Interrupt);
     assert!(line.contains(&out.path().display().to_string()), "{line}");

@@ -8,7 +8,7 @@ pub mod summary;
 
 use crate::interrupt::Signal;
 use crate::job::JobResult;
-use summary::{ExactReference, Summary};
+use summary::ExactReference;
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
@@ -29,9 +29,18 @@ pub fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
 pub struct Report {
     pub table: String,
     pub out: PathBuf,
-    /// The signal that cut the chains short, with the fewest and most steps they took, of
-    /// how many planned.
-    pub partial: Option<(Signal, (u64, u64), u64)>,
+    /// Set when a signal cut the chains short.
+    pub partial: Option<Partial>,
+}
+
+/// How far the chains of a stopped job got.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Partial {
+    pub signal: Signal,
+    /// Fewest and most steps any chain took, warm-up included.
+    pub fewest: u64,
+    pub most: u64,
+    pub planned: u64,
 }
 
 impl Report {
@@ -39,7 +48,12 @@ impl Report {
     pub fn interrupted_line(&self, signal: Signal) -> String {
         let out = self.out.display();
         match self.partial {
-            Some((_, (fewest, most), planned)) => {
+            Some(Partial {
+                fewest,
+                most,
+                planned,
+                ..
+            }) => {
                 let steps = if fewest == most {
                     fewest.to_string()
                 } else {
@@ -56,7 +70,7 @@ impl Report {
     }
 }
 
-/// Writes every output file into `dir` and returns the report of the job.
+/// Writes every output file into `dir` (created if missing) and reports the job.
 pub fn finish(
     dir: &Path,
     model: &str,
@@ -64,24 +78,6 @@ pub fn finish(
     comments: &[(String, String)],
     exact: Option<&ExactReference>,
 ) -> anyhow::Result<Report> {
-    let summary = write_all(dir, model, job, comments, exact)?;
-    Ok(Report {
-        table: summary::table(&summary),
-        out: dir.to_path_buf(),
-        partial: job
-            .interrupted
-            .map(|s| (s, job.steps_range(), job.sampler.iterations)),
-    })
-}
-
-/// Writes every output file into `dir` (created if missing) and returns the summary.
-pub fn write_all(
-    dir: &Path,
-    model: &str,
-    job: &JobResult,
-    comments: &[(String, String)],
-    exact: Option<&ExactReference>,
-) -> anyhow::Result<Summary> {
     create_dir(dir)?;
     for t in &job.traces {
         let path = dir.join(format!("chain-{}.csv", t.chain + 1));
@@ -92,7 +88,17 @@ pub fn write_all(
     let path = dir.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(s)
+    let (fewest, most) = job.steps_range();
+    Ok(Report {
+        table: summary::table(&s),
+        out: dir.to_path_buf(),
+        partial: job.interrupted.map(|signal| Partial {
+            signal,
+            fewest,
+            most,
+            planned: job.sampler.iterations,
+        }),
+    })
 }
 
 /// Header lines every job's CSV carries: the sampler configuration and the grants.
