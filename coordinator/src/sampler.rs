@@ -1,4 +1,4 @@
-//! DP-penalty chains over a federation (seed 004 Alg. 2; seed 003 Sec. 3.1-3.2).
+//! DP-penalty chains over a federation (Yıldırım & Ermiş 2019, Alg. 2; Räisä 2020, Sec. 3.1-3.2).
 //!
 //! Each chain proposes θ′ by a Gaussian random walk, asks the federation for Σᵢ d̂ᵢ and
 //! Σᵢ σᵢ², and runs the penalty test of `fedmcmc_common::acceptance`. Chains run

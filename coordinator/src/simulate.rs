@@ -22,7 +22,7 @@ use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
 use crate::output::{self, Report, summary::ExactReference};
 
-/// Model presets selectable by name (seed 003 Table 5.1).
+/// Model presets selectable by name (Räisä 2020, Table 5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
@@ -220,7 +220,7 @@ const INIT_STREAM: u64 = 2;
 const EXACT_STREAM: u64 = 3;
 const MMD_STREAM: u64 = 4;
 
-/// Draws from the exact posterior used as the MMD reference (seed 003 Sec. 5.3).
+/// Draws from the exact posterior used as the MMD reference (Räisä 2020, Sec. 5.3).
 const EXACT_REFERENCE_DRAWS: usize = 1000;
 /// Most pooled chain draws compared by MMD (evenly thinned beyond that).
 const MMD_MAX_DRAWS: usize = 2000;
@@ -304,7 +304,7 @@ fn new_token() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Thesis protocol for simulations (thesis-settings.md): true θ plus N(0, 1)·(mean posterior
+/// The thesis's protocol for simulations (Räisä 2020): true θ plus N(0, 1)·(mean posterior
 /// sd) per coordinate, independently per chain. A real analyst does not know θ.
 fn thesis_inits(
     truth: &[f64],

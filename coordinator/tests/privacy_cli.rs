@@ -78,7 +78,7 @@ fn epsilon_and_delta_agree_with_the_library() {
 
 #[test]
 fn max_iterations_in_the_thesis_parametrisation() {
-    // s = τ√N with τ = 0.1, N = 100 000 (seed 003 Sec. 6.1), δ = 0.1/N.
+    // s = τ√N with τ = 0.1, N = 100 000 (Räisä 2020, Sec. 6.1), δ = 0.1/N.
     let v = json(&[
         "privacy",
         "max-iterations",
