@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{
-    Answer, CallError, Closed, Federation, Grant, PartyHandle, PartyInfo, RunPlan,
+    Answer, CallError, CallErrorKind, Closed, Federation, Grant, PartyHandle, PartyInfo, RunPlan,
 };
 use fedmcmc_coordinator::interrupt::{Signal, Stop};
 use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings};
@@ -20,10 +20,12 @@ use fedmcmc_party::config::BudgetConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// An in-process party that counts the OpenRun calls reaching it.
+/// An in-process party that counts the OpenRun calls reaching it and, with `fail_first`,
+/// fails chain 1's first step as an unreachable party would.
 struct Counted {
     node: Arc<PartyNode>,
     opens: Arc<AtomicUsize>,
+    fail_first: bool,
 }
 
 impl PartyHandle for Counted {
@@ -44,6 +46,12 @@ impl PartyHandle for Counted {
         theta: &[f64],
         theta_prop: &[f64],
     ) -> Result<Answer, CallError> {
+        if self.fail_first && (chain, step) == (0, 0) {
+            return Err(CallError {
+                kind: CallErrorKind::Unavailable,
+                message: "injected failure".into(),
+            });
+        }
         PartyHandle::log_lik_ratio(&self.node, run_id, chain, step, theta, theta_prop).await
     }
 
@@ -63,6 +71,11 @@ struct Setup {
 
 /// Two parties of 300 banana rows each, with budgets far larger than any run here.
 fn setup() -> Setup {
+    setup_failing(false)
+}
+
+/// [`setup`], where with `fail_first` the first party fails chain 1's first step.
+fn setup_failing(fail_first: bool) -> Setup {
     let spec = ModelSpec::flat_banana(2);
     let model = spec.build().unwrap();
     let data = model.simulate(&spec.true_theta(), 600, &mut ChaCha8Rng::seed_from_u64(1));
@@ -75,12 +88,14 @@ fn setup() -> Setup {
     let opens = Arc::new(AtomicUsize::new(0));
     let handles = parties
         .iter()
-        .map(|(name, node)| {
+        .enumerate()
+        .map(|(i, (name, node))| {
             (
                 name.clone(),
                 Counted {
                     node: Arc::clone(node),
                     opens: Arc::clone(&opens),
+                    fail_first: fail_first && i == 0,
                 },
             )
         })
@@ -344,5 +359,30 @@ async fn a_stop_during_warm_up_writes_a_partial_summary_without_statistics() {
     }
     for c in summary["chains"].as_array().unwrap() {
         assert!(c["acceptance_rate"].is_null() && c["mean_noise_variance"].is_null());
+    }
+}
+
+#[tokio::test]
+async fn a_failed_chain_fails_the_job_and_the_run_is_still_closed() {
+    let s = setup_failing(true);
+    let out = tempfile::tempdir().unwrap();
+    let err = s
+        .run(
+            &settings(400),
+            inits(&[0.0, 3.0]),
+            out.path(),
+            Arc::new(Quiet),
+            &Stop::new(),
+        )
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("chain 0 stopped at step 0") && err.contains("injected"),
+        "{err}"
+    );
+    for node in &s.nodes {
+        assert_eq!(PartyNode::describe(node).open_runs, 0);
     }
 }
