@@ -52,15 +52,26 @@ pub fn any_port(config: &Path) {
     std::fs::write(config, text).unwrap();
 }
 
-/// Starts the parties of the simulation in `sim` (from [`simulate`]) as `party serve`
-/// processes on free ports; returns them with their config files.
-pub fn serve_simulated(sim: &Path) -> (Vec<PartyProcess>, Vec<PathBuf>) {
+/// A federation of `party serve` processes on free ports, made by a [`simulate`] into
+/// `dir/sim` (100 iterations at τ = 0.5, so each durable ledger already holds a run) with
+/// each party's budget ε = `epsilon`. Returns the simulation's directory, the parties and
+/// their config files.
+pub fn simulated_federation(
+    dir: &Path,
+    epsilon: &str,
+) -> (PathBuf, Vec<PartyProcess>, Vec<PathBuf>) {
+    let sim = dir.join("sim");
+    let (ok, _, stderr) = simulate(
+        &sim,
+        &["--iterations", "100", "--tau", "0.5", "--epsilon", epsilon],
+    );
+    assert!(ok, "{stderr}");
     let configs: Vec<_> = (1..=3)
         .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
         .collect();
     configs.iter().for_each(|c| any_port(c));
     let parties = configs.iter().map(|c| PartyProcess::start(c)).collect();
-    (parties, configs)
+    (sim, parties, configs)
 }
 
 /// Writes `dir/run.toml`: 2 chains of `iterations` at τ = 0.5 (`warmup` of them warm-up, by

@@ -1,7 +1,9 @@
 //! The product as a user runs it: separate processes, real gRPC, files on disk.
 use std::process::Command;
 
-use fedmcmc_system_tests::{PartyProcess, bin, run, serve_simulated, simulate, write_run_config};
+use fedmcmc_system_tests::{
+    PartyProcess, bin, run, simulate, simulated_federation, write_run_config,
+};
 
 #[test]
 fn simulate_writes_draws_summary_and_party_stores() {
@@ -70,14 +72,8 @@ fn simulate_writes_draws_summary_and_party_stores() {
 #[test]
 fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
     // Make the party directories (and spend a little) with a simulation.
-    let (ok, _, stderr) = simulate(
-        &sim,
-        &["--iterations", "100", "--tau", "0.5", "--epsilon", "20"],
-    );
-    assert!(ok, "{stderr}");
-    let (mut parties, configs) = serve_simulated(&sim);
+    let (sim, mut parties, configs) = simulated_federation(dir.path(), "20");
     let run_config = write_run_config(dir.path(), &sim, &parties, 200, None);
     let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
         .args(["run", "--config"])

@@ -12,7 +12,7 @@ use fedmcmc_common::accountant::{Composition, MechanismKind, Release, StatedErro
 use fedmcmc_party::config::PartyConfig;
 use fedmcmc_proto::v1::DescribeRequest;
 use fedmcmc_proto::v1::party_client::PartyClient;
-use fedmcmc_system_tests::{PartyProcess, bin, serve_simulated, simulate, write_run_config};
+use fedmcmc_system_tests::{PartyProcess, bin, simulated_federation, write_run_config};
 
 /// Iterations per chain: the first progress line comes at a tenth of them, leaving the other
 /// nine tenths (seconds over loopback gRPC) for the signal to arrive mid-run.
@@ -290,15 +290,8 @@ fn interrupt(
 #[test]
 fn an_interrupted_run_is_charged_only_for_its_releases() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
-    // Party directories with durable ledgers, a budget for several interrupted runs, and a
-    // first run already in them.
-    let (ok, _, stderr) = simulate(
-        &sim,
-        &["--iterations", "100", "--tau", "0.5", "--epsilon", "200"],
-    );
-    assert!(ok, "{stderr}");
-    let (parties, configs) = serve_simulated(&sim);
+    // Durable ledgers with a run already in them, and a budget for several more.
+    let (sim, parties, configs) = simulated_federation(dir.path(), "200");
     interrupt(
         dir.path(),
         &sim,
