@@ -11,6 +11,7 @@ use fedmcmc_common::models::ModelSpec;
 use fedmcmc_coordinator::federation::grpc::GrpcParty;
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle, RunPlan};
+use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, Quiet, SamplerConfig};
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::config::BudgetConfig;
@@ -75,9 +76,16 @@ async fn time_chains<P: PartyHandle>(
     };
     let inits = vec![spec.true_theta(); chains as usize];
     let start = Instant::now();
-    sampler::sample(federation.clone(), model, &config, inits, Arc::new(Quiet))
-        .await
-        .unwrap();
+    sampler::sample(
+        federation.clone(),
+        model,
+        &config,
+        inits,
+        Arc::new(Quiet),
+        &Stop::new(),
+    )
+    .await
+    .unwrap();
     let seconds = start.elapsed().as_secs_f64();
     federation.close().await.unwrap();
     let per_chain = iterations as f64 / seconds;

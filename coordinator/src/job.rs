@@ -1,11 +1,19 @@
-//! One sampling job against any federation: check the parties, plan the privacy, open the
-//! run, sample, close, and hand back everything the outputs need. `simulate` and `run` both
-//! end here, so a simulated federation and a real one take the same path.
+//! One sampling job against any federation: check the parties, plan the privacy, check
+//! everything else that can be checked, open the run, sample, close, and hand back
+//! everything the outputs need. `simulate` and `run` both end here, so a simulated
+//! federation and a real one take the same path.
+//!
+//! Every refusal the coordinator can decide on its own comes before OpenRun: a run opened
+//! and then abandoned spends nothing, but one that is refused after sampling would have.
+use std::path::Path;
 use std::sync::Arc;
 
+use fedmcmc_common::diagnostics::MIN_DRAWS;
 use fedmcmc_common::models::Model;
 
 use crate::federation::{Closed, Federation, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+use crate::interrupt::{Signal, Stop};
+use crate::output;
 use crate::planning;
 use crate::sampler::{self, ChainTrace, Progress, SamplerConfig};
 
@@ -39,15 +47,42 @@ pub struct JobResult {
     pub noise: NoiseChoice,
     pub traces: Vec<ChainTrace>,
     pub inits: Inits,
+    /// Set when a stop request cut some chain short of `sampler.iterations`.
+    pub interrupted: Option<Signal>,
 }
 
-/// Runs the job; every refusal comes back as one sentence naming the party.
+impl JobResult {
+    /// Fewest and most steps any chain took (warm-up included).
+    pub fn steps_range(&self) -> (u64, u64) {
+        let steps = self.traces.iter().map(|t| t.steps() as u64);
+        (steps.clone().min().unwrap_or(0), steps.max().unwrap_or(0))
+    }
+}
+
+/// The summary splits every chain in two for R̂ and ESS (Vehtari et al. 2021), which needs
+/// `MIN_DRAWS` post-warm-up draws per chain.
+fn check_draws(config: &SamplerConfig) -> anyhow::Result<()> {
+    let draws = config.iterations.saturating_sub(config.warmup);
+    if draws < MIN_DRAWS as u64 {
+        anyhow::bail!(
+            "{} iterations per chain with {} of warm-up leave {draws} draws per chain; at least {MIN_DRAWS} draws are needed to split chains",
+            config.iterations,
+            config.warmup
+        );
+    }
+    Ok(())
+}
+
+/// Runs the job, whose outputs go to `out`; every refusal comes back as one sentence naming
+/// the party. After `stop` the chains end early and the result holds what they sampled.
 pub async fn run<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     model: Arc<dyn Model>,
     settings: &JobSettings,
     inits: Inits,
+    out: &Path,
     progress: impl FnOnce(u32, u64) -> Arc<dyn Progress>,
+    stop: &Stop,
 ) -> anyhow::Result<JobResult> {
     let parties = federation.describe().await?;
     for p in &parties {
@@ -77,12 +112,18 @@ pub async fn run<P: PartyHandle>(
         seed: settings.seed,
         penalise: true,
     };
+    config.check(&inits.points, model.dim())?;
+    check_draws(&config)?;
+    output::prepare_dir(out)?;
     let plan = RunPlan {
         chains: settings.chains,
         steps_per_chain: planned.iterations,
         clip: settings.clip,
         noise: planned.noise,
     };
+    if stop.is_requested() {
+        anyhow::bail!("stopped before any run was opened; nothing was released");
+    }
     let grants = federation.open(&plan, &model.fingerprint()).await?;
     for (p, g) in parties.iter().zip(&grants) {
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
@@ -94,12 +135,17 @@ pub async fn run<P: PartyHandle>(
         &config,
         inits.points.clone(),
         progress,
+        stop,
     )
     .await;
-    // Close even after a failure, so unused reservations go back to the parties.
+    // Close even after a failure or a stop, so unused reservations go back to the parties.
     let closed = federation.close().await;
     let traces = sampled?;
+    let cut_short = traces
+        .iter()
+        .any(|t| (t.steps() as u64) < config.iterations);
     Ok(JobResult {
+        interrupted: stop.signal().filter(|_| cut_short),
         parties,
         grants,
         closed: closed?,

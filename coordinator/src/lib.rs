@@ -2,11 +2,13 @@
 //!
 //! - `federation`: the parties as one summed contribution (in-process or over gRPC).
 //! - `sampler`: DP-penalty chains; the acceptance test itself is `fedmcmc_common::acceptance`.
-//! - `planning`: iterations from τ (seed 003 Alg. 2) or τ from iterations.
+//! - `planning`: iterations from τ (Räisä 2020, Alg. 2) or τ from iterations.
 //! - `job`: check, plan, open, sample, close; shared by `simulate` and `run`.
+//! - `interrupt`: SIGINT/SIGTERM as a stop flag the sampler checks between steps.
 //! - `simulate`, `remote`: the two ways to launch a job; `output`, `progress`: what it shows.
 //! - `privacy_cli`: `coordinator privacy …`, the accountants on the command line.
 pub mod federation;
+pub mod interrupt;
 pub mod job;
 pub mod output;
 pub mod planning;

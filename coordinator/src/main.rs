@@ -4,12 +4,15 @@
 //! - `simulate` runs a whole federation on this machine (the main job).
 //! - `run --config run.toml` samples against parties running elsewhere.
 //!
-//! On bad input every subcommand prints one sentence on stderr and exits non-zero.
+//! On bad input every subcommand prints one sentence on stderr and exits non-zero. On
+//! SIGINT or SIGTERM `simulate` and `run` stop their chains, close their runs on every party,
+//! write the draws so far marked partial, say so on stderr and exit 130 (143); a second
+//! signal exits at once.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fedmcmc_coordinator::{privacy_cli, remote, simulate};
+use fedmcmc_coordinator::{interrupt, privacy_cli, remote, simulate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -49,28 +52,65 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let output = match cli.command {
-        Command::Privacy(args) => privacy_cli::run(&args).map(|json| json.to_string()),
-        Command::Simulate(args) => {
-            init_logging();
-            simulate::Simulation::from_args(*args)
-                .and_then(|sim| runtime().block_on(simulate::simulate(sim)))
+    let job = match cli.command {
+        Command::Privacy(args) => {
+            return match privacy_cli::run(&args) {
+                Ok(json) => {
+                    println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failure(&e),
+            };
         }
-        Command::Run { config, out } => {
-            init_logging();
-            remote::RunConfig::load(&config).and_then(|c| runtime().block_on(remote::run(c, out)))
-        }
+        Command::Simulate(args) => Job::Simulate(args),
+        Command::Run { config, out } => Job::Run { config, out },
     };
-    match output {
-        Ok(text) => {
-            println!("{text}");
-            ExitCode::SUCCESS
+    init_logging();
+    runtime().block_on(async {
+        let stop = match interrupt::on_signals() {
+            Ok(stop) => stop,
+            Err(e) => return failure(&anyhow::anyhow!("cannot handle signals: {e}")),
+        };
+        let report = match job {
+            Job::Simulate(args) => match simulate::Simulation::from_args(*args) {
+                Ok(sim) => simulate::simulate(sim, &stop).await,
+                Err(e) => Err(e),
+            },
+            Job::Run { config, out } => match remote::RunConfig::load(&config) {
+                Ok(c) => remote::run(c, out, &stop).await,
+                Err(e) => Err(e),
+            },
+        };
+        if let Ok(report) = &report {
+            println!("{}", report.table);
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+        match (report, stop.signal()) {
+            (Ok(_), None) => ExitCode::SUCCESS,
+            (Err(e), None) => failure(&e),
+            (Ok(report), Some(signal)) => {
+                eprintln!("{}", report.interrupted_line(signal));
+                ExitCode::from(signal.exit_code())
+            }
+            (Err(e), Some(signal)) => {
+                eprintln!("interrupted by {signal}: {e:#}");
+                ExitCode::from(signal.exit_code())
+            }
         }
-    }
+    })
+}
+
+/// A sampling job, run with signal handling (see `fedmcmc_coordinator::interrupt`).
+enum Job {
+    Simulate(Box<simulate::SimulateArgs>),
+    Run {
+        config: PathBuf,
+        out: Option<PathBuf>,
+    },
+}
+
+fn failure(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::FAILURE
 }
 
 fn runtime() -> tokio::runtime::Runtime {

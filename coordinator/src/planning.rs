@@ -1,7 +1,7 @@
 //! Privacy planning: how many iterations a run may take, or how much noise it needs.
 //!
 //! Either τ is given and the iterations are the most that fit every party's remaining budget
-//! (seed 003 Alg. 2, here in closed form: every release is Gaussian, so k releases at
+//! (Räisä 2020, Alg. 2, here in closed form: every release is Gaussian, so k releases at
 //! multiplier s cost k/(2s²) of the party's μ, Thm 3.2), or the iterations are given and
 //! each party calibrates its own τ. Giving both is checked: a plan that does not fit is an
 //! error naming the party and what does fit.

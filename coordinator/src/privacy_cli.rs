@@ -54,7 +54,7 @@ enum PrivacyCommand {
         method: Method,
     },
     /// The most releases (iterations of DP penalty) that fit (ε, δ) after any --release
-    /// groups (seed 003 Alg. 2).
+    /// groups (Räisä 2020, Alg. 2).
     #[command(allow_negative_numbers = true)]
     MaxIterations {
         #[command(flatten)]
@@ -93,7 +93,7 @@ enum PrivacyCommand {
     },
 }
 
-/// The noise of one release: a multiplier s directly, or the thesis's s = τ·√N (seed 003
+/// The noise of one release: a multiplier s directly, or the thesis's s = τ·√N (Räisä 2020,
 /// Thm 3.1/3.2 with α = ½).
 #[derive(Args, Debug)]
 struct Noise {

@@ -8,8 +8,9 @@ use serde::Deserialize;
 
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
-use crate::output;
+use crate::output::{self, Report};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,8 +91,8 @@ impl RunConfig {
     }
 }
 
-/// Runs the configured job and returns the printed table.
-pub async fn run(config: RunConfig, out: Option<PathBuf>) -> anyhow::Result<String> {
+/// Runs the configured job until it ends or `stop` is requested, and reports it.
+pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow::Result<Report> {
     let out = out
         .or(config.out.clone())
         .ok_or_else(|| anyhow::anyhow!("give --out or `out` in the run config"))?;
@@ -131,18 +132,19 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>) -> anyhow::Result<Stri
         Arc::clone(&model),
         &settings,
         inits,
+        &out,
         crate::progress::for_terminal,
+        stop,
     )
     .await?;
     let mut comments = vec![
         (
             "method".to_string(),
-            "DP penalty, federated (seed 004 Alg. 2)".to_string(),
+            "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".to_string(),
         ),
         ("model".to_string(), serde_json::to_string(&config.model)?),
         ("init".to_string(), result.inits.label.clone()),
     ];
     comments.extend(output::job_comments(&result));
-    let summary = output::write_all(&out, model.name(), &result, &comments, None)?;
-    Ok(output::summary::table(&summary))
+    output::finish(&out, model.name(), &result, &comments, None)
 }

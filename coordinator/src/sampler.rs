@@ -1,10 +1,13 @@
-//! DP-penalty chains over a federation (seed 004 Alg. 2; seed 003 Sec. 3.1-3.2).
+//! DP-penalty chains over a federation (Yıldırım & Ermiş 2019, Alg. 2; Räisä 2020, Sec. 3.1-3.2).
 //!
 //! Each chain proposes θ′ by a Gaussian random walk, asks the federation for Σᵢ d̂ᵢ and
 //! Σᵢ σᵢ², and runs the penalty test of `fedmcmc_common::acceptance`. Chains run
 //! concurrently as tasks; during warm-up each adapts its walk from its own acceptance
-//! decisions, then freezes it.
+//! decisions, then freezes it. A [`Stop`] request, or another chain's failure, ends every
+//! chain after its current step, so the traces hold whatever was sampled before.
+use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fedmcmc_common::acceptance::{self, PenaltyTerms};
 use fedmcmc_common::models::Model;
@@ -13,6 +16,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Federation, FederationError, PartyHandle};
+use crate::interrupt::Stop;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
@@ -42,7 +46,37 @@ pub fn chain_seed(seed: u64, chain: u32) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Everything one chain produced, warm-up included (`warmup` says where draws begin).
+impl SamplerConfig {
+    /// What the sampler can check before any release is asked for: one finite initial point
+    /// of the model's dimension per chain, and a warm-up shorter than the chain.
+    pub fn check(&self, inits: &[Vec<f64>], dim: usize) -> Result<(), SampleError> {
+        if inits.len() != self.chains as usize {
+            return Err(SampleError::Config(format!(
+                "{} initial points for {} chains",
+                inits.len(),
+                self.chains
+            )));
+        }
+        if self.warmup >= self.iterations {
+            return Err(SampleError::Config(format!(
+                "warm-up ({}) must be shorter than the chain ({} iterations)",
+                self.warmup, self.iterations
+            )));
+        }
+        if let Some(bad) = inits
+            .iter()
+            .find(|i| i.len() != dim || i.iter().any(|v| !v.is_finite()))
+        {
+            return Err(SampleError::Config(format!(
+                "initial point {bad:?} is not a finite vector of dimension {dim}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Everything one chain produced, warm-up included (`warmup` says where draws begin). A
+/// chain that was stopped early has fewer steps than planned, possibly fewer than `warmup`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChainTrace {
     pub chain: u32,
@@ -69,20 +103,25 @@ impl ChainTrace {
         &self.theta[i * self.dim..(i + 1) * self.dim]
     }
 
-    /// Post-warm-up draws of parameter `j`.
-    pub fn parameter(&self, j: usize) -> Vec<f64> {
-        (self.warmup as usize..self.steps())
-            .map(|i| self.theta[i * self.dim + j])
-            .collect()
+    /// Indices of the post-warm-up steps (empty for a chain stopped during warm-up).
+    pub fn kept(&self) -> Range<usize> {
+        (self.warmup as usize).min(self.steps())..self.steps()
     }
 
-    /// Post-warm-up acceptance rate.
-    pub fn acceptance_rate(&self) -> f64 {
-        let kept = &self.accepted[self.warmup as usize..];
-        if kept.is_empty() {
-            return f64::NAN;
-        }
-        kept.iter().filter(|&&a| a).count() as f64 / kept.len() as f64
+    /// Number of post-warm-up draws.
+    pub fn draws(&self) -> usize {
+        self.kept().len()
+    }
+
+    /// Post-warm-up draws of parameter `j`.
+    pub fn parameter(&self, j: usize) -> Vec<f64> {
+        self.kept().map(|i| self.theta[i * self.dim + j]).collect()
+    }
+
+    /// Post-warm-up acceptance rate; `None` without post-warm-up draws.
+    pub fn acceptance_rate(&self) -> Option<f64> {
+        let kept = &self.accepted[self.kept()];
+        (!kept.is_empty()).then(|| kept.iter().filter(|&&a| a).count() as f64 / kept.len() as f64)
     }
 }
 
@@ -110,7 +149,20 @@ pub enum SampleError {
     Config(String),
 }
 
-/// Runs one chain from `init`.
+/// When every chain should end early: the caller's [`Stop`], or a failed chain (the others
+/// must not go on asking a federation whose run is about to be closed).
+struct Halt {
+    stop: Stop,
+    failed: AtomicBool,
+}
+
+impl Halt {
+    fn now(&self) -> bool {
+        self.stop.is_requested() || self.failed.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs one chain from `init` until its last step or a halt.
 async fn run_chain<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     model: Arc<dyn Model>,
@@ -118,6 +170,7 @@ async fn run_chain<P: PartyHandle>(
     chain: u32,
     init: Vec<f64>,
     progress: Arc<dyn Progress>,
+    halt: Arc<Halt>,
 ) -> Result<ChainTrace, SampleError> {
     let dim = init.len();
     let seed = chain_seed(config.seed, chain);
@@ -142,15 +195,21 @@ async fn run_chain<P: PartyHandle>(
     let mut log_prior = model.log_prior(&theta);
     let mut prop = vec![0.0; dim];
     for step in 0..config.iterations {
+        if halt.now() {
+            break;
+        }
         walk.propose(&theta, &mut prop, &mut rng);
         let log_prior_prop = model.log_prior(&prop);
         let answer = federation
             .log_lik_ratio(chain, step, &theta, &prop)
             .await
-            .map_err(|source| SampleError::Federation {
-                chain,
-                step,
-                source,
+            .map_err(|source| {
+                halt.failed.store(true, Ordering::SeqCst);
+                SampleError::Federation {
+                    chain,
+                    step,
+                    source,
+                }
             })?;
         let log_ratio = PenaltyTerms {
             noisy_log_lik_ratio: answer.value,
@@ -179,36 +238,23 @@ async fn run_chain<P: PartyHandle>(
 }
 
 /// Runs `config.chains` chains concurrently, chain c from `inits[c]`. The federation's run
-/// must already be open with at least `chains × iterations` releases per party.
+/// must already be open with at least `chains × iterations` releases per party. Once `stop`
+/// is requested every chain ends after its current step and the traces so far come back;
+/// if a chain fails the others end likewise and the first failure comes back. Either way no
+/// chain is still asking the federation when this returns.
 pub async fn sample<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     model: Arc<dyn Model>,
     config: &SamplerConfig,
     inits: Vec<Vec<f64>>,
     progress: Arc<dyn Progress>,
+    stop: &Stop,
 ) -> Result<Vec<ChainTrace>, SampleError> {
-    if inits.len() != config.chains as usize {
-        return Err(SampleError::Config(format!(
-            "{} initial points for {} chains",
-            inits.len(),
-            config.chains
-        )));
-    }
-    if config.warmup >= config.iterations {
-        return Err(SampleError::Config(format!(
-            "warm-up ({}) must be shorter than the chain ({} iterations)",
-            config.warmup, config.iterations
-        )));
-    }
-    if let Some(bad) = inits
-        .iter()
-        .find(|i| i.len() != model.dim() || i.iter().any(|v| !v.is_finite()))
-    {
-        return Err(SampleError::Config(format!(
-            "initial point {bad:?} is not a finite vector of dimension {}",
-            model.dim()
-        )));
-    }
+    config.check(&inits, model.dim())?;
+    let halt = Arc::new(Halt {
+        stop: stop.clone(),
+        failed: AtomicBool::new(false),
+    });
     let tasks: Vec<_> = inits
         .into_iter()
         .enumerate()
@@ -220,12 +266,13 @@ pub async fn sample<P: PartyHandle>(
                 c as u32,
                 init,
                 Arc::clone(&progress),
+                Arc::clone(&halt),
             ))
         })
         .collect();
     let mut traces = Vec::with_capacity(tasks.len());
     for task in tasks {
-        traces.push(task.await.expect("chain task panicked")?);
+        traces.push(task.await.expect("chain task panicked"));
     }
-    Ok(traces)
+    traces.into_iter().collect()
 }

@@ -18,10 +18,11 @@ use tokio::sync::oneshot;
 
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
-use crate::output::{self, summary::ExactReference};
+use crate::output::{self, Report, summary::ExactReference};
 
-/// Model presets selectable by name (seed 003 Table 5.1).
+/// Model presets selectable by name (Räisä 2020, Table 5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
@@ -219,7 +220,7 @@ const INIT_STREAM: u64 = 2;
 const EXACT_STREAM: u64 = 3;
 const MMD_STREAM: u64 = 4;
 
-/// Draws from the exact posterior used as the MMD reference (seed 003 Sec. 5.3).
+/// Draws from the exact posterior used as the MMD reference (Räisä 2020, Sec. 5.3).
 const EXACT_REFERENCE_DRAWS: usize = 1000;
 /// Most pooled chain draws compared by MMD (evenly thinned beyond that).
 const MMD_MAX_DRAWS: usize = 2000;
@@ -303,7 +304,7 @@ fn new_token() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Thesis protocol for simulations (thesis-settings.md): true θ plus N(0, 1)·(mean posterior
+/// The thesis's protocol for simulations (Räisä 2020): true θ plus N(0, 1)·(mean posterior
 /// sd) per coordinate, independently per chain. A real analyst does not know θ.
 fn thesis_inits(
     truth: &[f64],
@@ -331,14 +332,14 @@ fn pooled_draws(job: &job::JobResult, max: usize) -> Vec<Vec<f64>> {
     let all: Vec<Vec<f64>> = job
         .traces
         .iter()
-        .flat_map(|t| (t.warmup as usize..t.steps()).map(move |i| t.draw(i).to_vec()))
+        .flat_map(|t| t.kept().map(move |i| t.draw(i).to_vec()))
         .collect();
     let stride = all.len().div_ceil(max).max(1);
     all.into_iter().step_by(stride).collect()
 }
 
-/// Runs the whole simulation and returns the printed table.
-pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
+/// Runs the whole simulation until it ends or `stop` is requested, and reports it.
+pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     let model = sim.spec.build()?;
     let truth = sim.spec.true_theta();
     let out = &sim.out;
@@ -384,7 +385,9 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
         Arc::clone(&model),
         &sim.job,
         inits,
+        out,
         crate::progress::for_terminal,
+        stop,
     )
     .await;
 
@@ -405,17 +408,25 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
         .map(|_| exact.sample(&mut exact_rng))
         .collect();
     let mut mmd_rng = stream(sim.job.seed, MMD_STREAM);
+    // After an early stop there may be too few draws (or all equal): report the rest.
+    let mut mmd = |sample: &[Vec<f64>]| match diagnostics::mmd(sample, &reference, &mut mmd_rng) {
+        Err(e) if result.interrupted.is_some() => {
+            tracing::warn!(error = %e, "no MMD for the partial draws");
+            Ok(None)
+        }
+        other => other.map(Some),
+    };
     let reference = ExactReference {
         mean: exact.mean(),
         sd: exact.sd(),
-        mmd_to_exact: diagnostics::mmd(&draws, &reference, &mut mmd_rng)?,
-        mmd_baseline: diagnostics::mmd(&independent, &reference, &mut mmd_rng)?,
+        mmd_to_exact: mmd(&draws)?,
+        mmd_baseline: mmd(&independent)?,
     };
 
     let mut comments = vec![
         (
             "method".to_string(),
-            "DP penalty, federated (seed 004 Alg. 2)".to_string(),
+            "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".to_string(),
         ),
         ("model".to_string(), serde_json::to_string(&sim.spec)?),
         ("rows".to_string(), sim.rows.to_string()),
@@ -427,6 +438,5 @@ pub async fn simulate(sim: Simulation) -> anyhow::Result<String> {
         ("init".to_string(), result.inits.label.clone()),
     ];
     comments.extend(output::job_comments(&result));
-    let summary = output::write_all(out, model.name(), &result, &comments, Some(&reference))?;
-    Ok(output::summary::table(&summary))
+    output::finish(out, model.name(), &result, &comments, Some(&reference))
 }

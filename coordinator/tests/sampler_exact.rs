@@ -14,6 +14,7 @@ use fedmcmc_common::diagnostics;
 use fedmcmc_common::models::{ExactPosterior, Model, ModelSpec};
 use fedmcmc_coordinator::federation::local::in_process;
 use fedmcmc_coordinator::federation::{NoiseChoice, RunPlan};
+use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, ChainTrace, Quiet, SamplerConfig};
 use fedmcmc_party::config::BudgetConfig;
 use rand::SeedableRng;
@@ -112,6 +113,7 @@ async fn sample(s: &Setup, run: Run) -> Vec<ChainTrace> {
         &config,
         inits,
         Arc::new(Quiet),
+        &Stop::new(),
     )
     .await
     .unwrap();

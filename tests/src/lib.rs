@@ -5,6 +5,108 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// Runs a command to its end: (success, stdout, stderr).
+pub fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.output().expect("run command");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `coordinator simulate` of 3 parties with 2000 banana rows each and 2 chains into `out`,
+/// plus `extra` flags. Its party directories serve as the federation of later tests.
+pub fn simulate(out: &Path, extra: &[&str]) -> (bool, String, String) {
+    run(Command::new(bin("coordinator"))
+        .args([
+            "simulate",
+            "--rows",
+            "6000",
+            "--parties",
+            "3",
+            "--chains",
+            "2",
+            "--seed",
+            "3",
+        ])
+        .args(extra)
+        .arg("--out")
+        .arg(out))
+}
+
+/// Rewrites a simulated party's config to listen on any free port.
+pub fn any_port(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("listen") {
+                "listen = \"127.0.0.1:0\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(config, text).unwrap();
+}
+
+/// A federation of `party serve` processes on free ports, made by a [`simulate`] into
+/// `dir/sim` (100 iterations at τ = 0.5, so each durable ledger already holds a run) with
+/// each party's budget ε = `epsilon`. Returns the simulation's directory, the parties and
+/// their config files.
+pub fn simulated_federation(
+    dir: &Path,
+    epsilon: &str,
+) -> (PathBuf, Vec<PartyProcess>, Vec<PathBuf>) {
+    let sim = dir.join("sim");
+    let (ok, _, stderr) = simulate(
+        &sim,
+        &["--iterations", "100", "--tau", "0.5", "--epsilon", epsilon],
+    );
+    assert!(ok, "{stderr}");
+    let configs: Vec<_> = (1..=3)
+        .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
+        .collect();
+    configs.iter().for_each(|c| any_port(c));
+    let parties = configs.iter().map(|c| PartyProcess::start(c)).collect();
+    (sim, parties, configs)
+}
+
+/// Writes `dir/run.toml`: 2 chains of `iterations` at τ = 0.5 (`warmup` of them warm-up, by
+/// default half) over the banana model of [`simulate`], against `parties` with the
+/// simulation's tokens.
+pub fn write_run_config(
+    dir: &Path,
+    sim: &Path,
+    parties: &[PartyProcess],
+    iterations: u64,
+    warmup: Option<u64>,
+) -> PathBuf {
+    let mut toml = String::from(
+        "[model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n\n",
+    );
+    toml += &format!(
+        "[sampler]\nchains = 2\ntau = 0.5\niterations = {iterations}\nclip = 2.0\nproposal_sd = 0.008\nseed = 5\ninit = [0.0, 3.0]\n"
+    );
+    if let Some(w) = warmup {
+        toml += &format!("warmup = {w}\n");
+    }
+    toml += "\n";
+    for (i, p) in parties.iter().enumerate() {
+        toml += &format!(
+            "[[parties]]\nname = \"party-{}\"\naddress = \"http://{}\"\ntoken_file = \"{}\"\n\n",
+            i + 1,
+            p.addr,
+            sim.join(format!("parties/party-{}/token", i + 1)).display()
+        );
+    }
+    let path = dir.join("run.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
 /// Path of a workspace binary next to this test executable (`target/<profile>/<name>`).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

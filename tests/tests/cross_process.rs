@@ -1,52 +1,9 @@
 //! The product as a user runs it: separate processes, real gRPC, files on disk.
-use std::path::Path;
 use std::process::Command;
 
-use fedmcmc_system_tests::{PartyProcess, bin};
-
-fn run(cmd: &mut Command) -> (bool, String, String) {
-    let out = cmd.output().expect("run command");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn simulate(out: &Path, extra: &[&str]) -> (bool, String, String) {
-    run(Command::new(bin("coordinator"))
-        .args([
-            "simulate",
-            "--rows",
-            "6000",
-            "--parties",
-            "3",
-            "--chains",
-            "2",
-            "--seed",
-            "3",
-        ])
-        .args(extra)
-        .arg("--out")
-        .arg(out))
-}
-
-/// Rewrites a simulated party's config to listen on any free port.
-fn any_port(config: &Path) {
-    let text = std::fs::read_to_string(config).unwrap();
-    let text: String = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("listen") {
-                "listen = \"127.0.0.1:0\"".to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    std::fs::write(config, text).unwrap();
-}
+use fedmcmc_system_tests::{
+    PartyProcess, bin, run, simulate, simulated_federation, write_run_config,
+};
 
 #[test]
 fn simulate_writes_draws_summary_and_party_stores() {
@@ -115,39 +72,9 @@ fn simulate_writes_draws_summary_and_party_stores() {
 #[test]
 fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
     // Make the party directories (and spend a little) with a simulation.
-    let (ok, _, stderr) = simulate(
-        &sim,
-        &["--iterations", "100", "--tau", "0.5", "--epsilon", "20"],
-    );
-    assert!(ok, "{stderr}");
-    let configs: Vec<_> = (1..=3)
-        .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
-        .collect();
-    configs.iter().for_each(|c| any_port(c));
-    let mut parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
-
-    let write_run = |parties: &[PartyProcess], iterations: u64| {
-        let mut toml = String::from(
-            "[model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n\n",
-        );
-        toml += &format!(
-            "[sampler]\nchains = 2\ntau = 0.5\niterations = {iterations}\nclip = 2.0\nproposal_sd = 0.008\nseed = 5\ninit = [0.0, 3.0]\n\n"
-        );
-        for (i, p) in parties.iter().enumerate() {
-            toml += &format!(
-                "[[parties]]\nname = \"party-{}\"\naddress = \"http://{}\"\ntoken_file = \"{}\"\n\n",
-                i + 1,
-                p.addr,
-                sim.join(format!("parties/party-{}/token", i + 1)).display()
-            );
-        }
-        let path = dir.path().join("run.toml");
-        std::fs::write(&path, toml).unwrap();
-        path
-    };
-    let run_config = write_run(&parties, 200);
+    let (sim, mut parties, configs) = simulated_federation(dir.path(), "20");
+    let run_config = write_run_config(dir.path(), &sim, &parties, 200, None);
     let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
         .args(["run", "--config"])
         .arg(&run_config)
@@ -171,7 +98,7 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     parties.insert(0, PartyProcess::start(&configs[0]));
     // Whatever it already spent still counts: a plan that needs more than is left is
     // refused, naming the budget.
-    let run_config = write_run(&parties, 1_000_000);
+    let run_config = write_run_config(dir.path(), &sim, &parties, 1_000_000, None);
     let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
         .args(["run", "--config"])
         .arg(&run_config)

@@ -180,7 +180,7 @@ impl<P: PartyHandle> Federation<P> {
         Ok(grants)
     }
 
-    /// Σᵢ d̂ᵢ and Σᵢ σᵢ² for one step of one chain (seed 004 Alg. 2).
+    /// Σᵢ d̂ᵢ and Σᵢ σᵢ² for one step of one chain (Yıldırım & Ermiş 2019, Alg. 2).
     pub async fn log_lik_ratio(
         &self,
         chain: u32,

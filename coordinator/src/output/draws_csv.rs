@@ -25,20 +25,16 @@ pub fn write_chain(
     writeln!(out, "# chain_id = {}", trace.chain + 1)?;
     writeln!(out, "# chain_seed = {}", trace.seed)?;
     writeln!(out, "# num_warmup = {}", trace.warmup)?;
-    writeln!(
-        out,
-        "# num_samples = {}",
-        trace.steps() - trace.warmup as usize
-    )?;
+    writeln!(out, "# num_samples = {}", trace.draws())?;
     let mut header: Vec<String> = SAMPLER_COLUMNS.iter().map(|s| s.to_string()).collect();
     header.extend((1..=trace.dim).map(|j| format!("theta.{j}")));
     writeln!(out, "{}", header.join(","))?;
-    let warmup = trace.warmup as usize;
-    if let Some(&scale) = trace.scale.get(warmup) {
+    let kept = trace.kept();
+    if let Some(&scale) = trace.scale.get(kept.start) {
         writeln!(out, "# Adaptation terminated")?;
         writeln!(out, "# Step size = {scale}")?;
     }
-    for i in warmup..trace.steps() {
+    for i in kept {
         write!(
             out,
             "{},{},{},{}",

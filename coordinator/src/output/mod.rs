@@ -1,23 +1,84 @@
 //! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (CmdStan layout) and
-//! `summary.json`; and the table printed on stdout.
-use std::path::Path;
+//! `summary.json`; and the table printed on stdout. A job cut short by a signal writes the
+//! same files through the same code, marked partial.
+use std::path::{Path, PathBuf};
 
 pub mod draws_csv;
 pub mod summary;
 
+use crate::interrupt::Signal;
 use crate::job::JobResult;
-use summary::{ExactReference, Summary};
+use summary::ExactReference;
 
-/// Writes every output file into `dir` (created if missing) and returns the summary.
-pub fn write_all(
+fn create_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))
+}
+
+/// Creates `dir` and proves it writable by writing and removing a file, so that a job never
+/// opens a run (and spends budget) whose draws it then cannot save.
+pub fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
+    create_dir(dir)?;
+    let probe = dir.join(".write-probe");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| anyhow::anyhow!("cannot write into {}: {e}", dir.display()))
+}
+
+/// What a finished job reports: the table for stdout, and where its files are.
+pub struct Report {
+    pub table: String,
+    pub out: PathBuf,
+    /// Set when a signal cut the chains short.
+    pub partial: Option<Partial>,
+}
+
+/// How far the chains of a stopped job got.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Partial {
+    pub signal: Signal,
+    /// Fewest and most steps any chain took, warm-up included.
+    pub fewest: u64,
+    pub most: u64,
+    pub planned: u64,
+}
+
+impl Report {
+    /// The one line printed on stderr after `signal` asked the job to stop.
+    pub fn interrupted_line(&self, signal: Signal) -> String {
+        let out = self.out.display();
+        match self.partial {
+            Some(Partial {
+                fewest,
+                most,
+                planned,
+                ..
+            }) => {
+                let steps = if fewest == most {
+                    fewest.to_string()
+                } else {
+                    format!("{fewest} to {most}")
+                };
+                format!(
+                    "interrupted by {signal}: the chains stopped after {steps} of {planned} iterations and the run is closed on every party; partial draws and summary (\"partial\": true) are in {out}"
+                )
+            }
+            None => format!(
+                "interrupted by {signal} after the chains had finished: the output in {out} is complete"
+            ),
+        }
+    }
+}
+
+/// Writes every output file into `dir` (created if missing) and reports the job.
+pub fn finish(
     dir: &Path,
     model: &str,
     job: &JobResult,
     comments: &[(String, String)],
     exact: Option<&ExactReference>,
-) -> anyhow::Result<Summary> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+) -> anyhow::Result<Report> {
+    create_dir(dir)?;
     for t in &job.traces {
         let path = dir.join(format!("chain-{}.csv", t.chain + 1));
         draws_csv::write_chain(&path, t, comments)
@@ -27,7 +88,17 @@ pub fn write_all(
     let path = dir.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(s)
+    let (fewest, most) = job.steps_range();
+    Ok(Report {
+        table: summary::table(&s),
+        out: dir.to_path_buf(),
+        partial: job.interrupted.map(|signal| Partial {
+            signal,
+            fewest,
+            most,
+            planned: job.sampler.iterations,
+        }),
+    })
 }
 
 /// Header lines every job's CSV carries: the sampler configuration and the grants.
@@ -42,6 +113,13 @@ pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
         ("target_accept".to_string(), s.target_accept.to_string()),
         ("base_seed".to_string(), s.seed.to_string()),
     ];
+    if let Some(signal) = result.interrupted {
+        let (fewest, most) = result.steps_range();
+        c.push((
+            "partial".to_string(),
+            format!("stopped by {signal} after {fewest} to {most} iterations per chain"),
+        ));
+    }
     for (p, g) in result.parties.iter().zip(&result.grants) {
         c.push((
             format!("party.{}", p.name),

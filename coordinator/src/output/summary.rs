@@ -6,17 +6,20 @@ use serde::Serialize;
 
 use crate::job::JobResult;
 
+/// One parameter. The statistics are those of `diagnostics::summary` over the first
+/// `Summary::draws_per_chain` draws of every chain, and absent (`null`) when there are too
+/// few of them to split chains, as after an early stop.
 #[derive(Clone, Debug, Serialize)]
 pub struct ParameterSummary {
     pub name: String,
-    pub mean: f64,
-    pub sd: f64,
-    pub q5: f64,
-    pub q50: f64,
-    pub q95: f64,
-    pub ess_bulk: f64,
-    pub ess_tail: f64,
-    pub r_hat: f64,
+    pub mean: Option<f64>,
+    pub sd: Option<f64>,
+    pub q5: Option<f64>,
+    pub q50: Option<f64>,
+    pub q95: Option<f64>,
+    pub ess_bulk: Option<f64>,
+    pub ess_tail: Option<f64>,
+    pub r_hat: Option<f64>,
     /// Exact posterior mean and sd, when the model has a closed form (simulations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exact_mean: Option<f64>,
@@ -28,15 +31,19 @@ pub struct ParameterSummary {
 pub struct ChainSummary {
     pub chain: u32,
     pub seed: u64,
-    /// Post-warm-up acceptance rate.
-    pub acceptance_rate: f64,
-    /// Steps in all, warm-up included (each one release per party).
+    /// Post-warm-up acceptance rate (`null` without post-warm-up draws).
+    pub acceptance_rate: Option<f64>,
+    /// Steps completed, warm-up included (each one release per party).
     pub iterations: u64,
+    /// Steps the run was planned (and the parties reserved) for.
+    pub planned_iterations: u64,
     pub warmup: u64,
-    /// The random-walk sd after warm-up.
-    pub proposal_sd: f64,
-    /// Mean of Σᵢ σᵢ² over post-warm-up steps.
-    pub mean_noise_variance: f64,
+    /// Why the chain ended: "completed", or "stopped by SIGINT" (SIGTERM).
+    pub status: String,
+    /// The random-walk sd after warm-up (`null` before any step).
+    pub proposal_sd: Option<f64>,
+    /// Mean of Σᵢ σᵢ² over post-warm-up steps (`null` without any).
+    pub mean_noise_variance: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -58,10 +65,18 @@ pub struct Summary {
     pub model: String,
     pub init: String,
     pub seed: u64,
+    /// True when a signal stopped the chains before their planned iterations.
+    pub partial: bool,
+    /// The signal that stopped them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    /// Post-warm-up draws per chain that the parameter statistics use: all of them, or after
+    /// an early stop those of the shortest chain.
+    pub draws_per_chain: u64,
     pub parameters: Vec<ParameterSummary>,
     pub chains: Vec<ChainSummary>,
     pub parties: Vec<PartySummary>,
-    /// MMD (seed 003 Sec. 5.3) between the pooled draws and an exact posterior sample.
+    /// MMD (Räisä 2020, Sec. 5.3) between the pooled draws and an exact posterior sample.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mmd_to_exact: Option<f64>,
     /// MMD between two independent exact samples of the same size: the noise floor.
@@ -73,8 +88,32 @@ pub struct Summary {
 pub struct ExactReference {
     pub mean: Vec<f64>,
     pub sd: Vec<f64>,
-    pub mmd_to_exact: f64,
-    pub mmd_baseline: f64,
+    /// `None` when too few draws were made for the statistic (an early stop).
+    pub mmd_to_exact: Option<f64>,
+    pub mmd_baseline: Option<f64>,
+}
+
+/// A number for JSON: `None` rather than a NaN or an infinity.
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// `diagnostics::summary` of parameter `j` over the first `draws` draws of every chain, or
+/// `None` when that is too few to split chains.
+fn parameter_stats(
+    job: &JobResult,
+    j: usize,
+    draws: usize,
+) -> Result<Option<diagnostics::Summary>, DiagnosticsError> {
+    if draws < diagnostics::MIN_DRAWS {
+        return Ok(None);
+    }
+    let chains: Vec<Vec<f64>> = job
+        .traces
+        .iter()
+        .map(|t| t.parameter(j)[..draws].to_vec())
+        .collect();
+    diagnostics::summary(&chains).map(Some)
 }
 
 pub fn summarise(
@@ -83,38 +122,48 @@ pub fn summarise(
     exact: Option<&ExactReference>,
 ) -> Result<Summary, DiagnosticsError> {
     let dim = job.traces.first().map_or(0, |t| t.dim);
+    // Chains stopped early may differ by a step or two; the diagnostics need equal lengths.
+    let draws = job.traces.iter().map(|t| t.draws()).min().unwrap_or(0);
     let parameters = (0..dim)
         .map(|j| {
-            let chains: Vec<Vec<f64>> = job.traces.iter().map(|t| t.parameter(j)).collect();
-            let s = diagnostics::summary(&chains)?;
+            let s = parameter_stats(job, j, draws)?;
+            let stat = |f: fn(&diagnostics::Summary) -> f64| s.as_ref().and_then(|s| finite(f(s)));
             Ok(ParameterSummary {
                 name: format!("theta.{}", j + 1),
-                mean: s.mean,
-                sd: s.sd,
-                q5: s.q5,
-                q50: s.q50,
-                q95: s.q95,
-                ess_bulk: s.ess_bulk,
-                ess_tail: s.ess_tail,
-                r_hat: s.rhat,
+                mean: stat(|s| s.mean),
+                sd: stat(|s| s.sd),
+                q5: stat(|s| s.q5),
+                q50: stat(|s| s.q50),
+                q95: stat(|s| s.q95),
+                ess_bulk: stat(|s| s.ess_bulk),
+                ess_tail: stat(|s| s.ess_tail),
+                r_hat: stat(|s| s.rhat),
                 exact_mean: exact.map(|e| e.mean[j]),
                 exact_sd: exact.map(|e| e.sd[j]),
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let planned = job.sampler.iterations;
+    let stopped_by = job.interrupted.map(|s| s.to_string());
     let chains = job
         .traces
         .iter()
         .map(|t| {
-            let kept = &t.noise_variance[t.warmup as usize..];
+            let kept = &t.noise_variance[t.kept()];
             ChainSummary {
                 chain: t.chain + 1,
                 seed: t.seed,
                 acceptance_rate: t.acceptance_rate(),
                 iterations: t.steps() as u64,
+                planned_iterations: planned,
                 warmup: t.warmup,
-                proposal_sd: *t.scale.last().unwrap_or(&f64::NAN),
-                mean_noise_variance: kept.iter().sum::<f64>() / kept.len().max(1) as f64,
+                status: match &stopped_by {
+                    Some(signal) if (t.steps() as u64) < planned => format!("stopped by {signal}"),
+                    _ => "completed".to_string(),
+                },
+                proposal_sd: t.scale.last().copied(),
+                mean_noise_variance: (!kept.is_empty())
+                    .then(|| kept.iter().sum::<f64>() / kept.len() as f64),
             }
         })
         .collect();
@@ -138,17 +187,31 @@ pub fn summarise(
         model: model.to_string(),
         init: job.inits.label.clone(),
         seed: job.sampler.seed,
+        partial: stopped_by.is_some(),
+        stopped_by,
+        draws_per_chain: draws as u64,
         parameters,
         chains,
         parties,
-        mmd_to_exact: exact.map(|e| e.mmd_to_exact),
-        mmd_baseline: exact.map(|e| e.mmd_baseline),
+        mmd_to_exact: exact.and_then(|e| e.mmd_to_exact),
+        mmd_baseline: exact.and_then(|e| e.mmd_baseline),
     })
+}
+
+/// A table cell: the number as `show` writes it, or a dash where there is none.
+fn cell(x: Option<f64>, show: impl Fn(f64) -> String) -> String {
+    x.map_or_else(|| "–".to_string(), show)
 }
 
 /// The human-readable table printed on stdout.
 pub fn table(s: &Summary) -> String {
     let mut out = String::new();
+    if let Some(signal) = &s.stopped_by {
+        out.push_str(&format!(
+            "PARTIAL: stopped by {signal}; statistics over the first {} post-warm-up draws of each chain\n",
+            s.draws_per_chain
+        ));
+    }
     out.push_str(&format!(
         "model: {}   init: {}   seed: {}\n\n",
         s.model, s.init, s.seed
@@ -162,10 +225,20 @@ pub fn table(s: &Summary) -> String {
         out.push_str(&format!(" {:>11} {:>9}", "exact mean", "exact sd"));
     }
     out.push('\n');
+    let f4 = |x: f64| format!("{x:.4}");
+    let f0 = |x: f64| format!("{x:.0}");
     for p in &s.parameters {
         out.push_str(&format!(
-            "{:<10} {:>10.4} {:>9.4} {:>10.4} {:>10.4} {:>10.4} {:>8.0} {:>8.0} {:>6.3}",
-            p.name, p.mean, p.sd, p.q5, p.q50, p.q95, p.ess_bulk, p.ess_tail, p.r_hat
+            "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+            p.name,
+            cell(p.mean, f4),
+            cell(p.sd, f4),
+            cell(p.q5, f4),
+            cell(p.q50, f4),
+            cell(p.q95, f4),
+            cell(p.ess_bulk, f0),
+            cell(p.ess_tail, f0),
+            cell(p.r_hat, |x| format!("{x:.3}")),
         ));
         if let (Some(m), Some(sd)) = (p.exact_mean, p.exact_sd) {
             out.push_str(&format!(" {m:>11.4} {sd:>9.4}"));
@@ -178,8 +251,12 @@ pub fn table(s: &Summary) -> String {
     ));
     for c in &s.chains {
         out.push_str(&format!(
-            "{:<7} {:>10} {:>8.3} {:>10.3e} {:>14.3}\n",
-            c.chain, c.iterations, c.acceptance_rate, c.proposal_sd, c.mean_noise_variance
+            "{:<7} {:>10} {:>8} {:>10} {:>14}\n",
+            c.chain,
+            c.iterations,
+            cell(c.acceptance_rate, |x| format!("{x:.3}")),
+            cell(c.proposal_sd, |x| format!("{x:.3e}")),
+            cell(c.mean_noise_variance, |x| format!("{x:.3}")),
         ));
     }
     out.push_str(&format!(
@@ -206,15 +283,27 @@ pub fn table(s: &Summary) -> String {
 /// Stan's rule of thumb (R̂ < 1.01, bulk and tail ESS ≥ 100 in all): below it the summaries
 /// above are not to be trusted, and the table must say so rather than let them pass.
 fn convergence_warning(s: &Summary) -> Option<String> {
+    if (s.draws_per_chain as usize) < diagnostics::MIN_DRAWS {
+        return Some(format!(
+            "only {} post-warm-up draws per chain: too few for R-hat and ESS, so convergence cannot be judged",
+            s.draws_per_chain
+        ));
+    }
+    let undefined = |p: &ParameterSummary| [p.r_hat, p.ess_bulk, p.ess_tail].contains(&None);
+    if s.parameters.iter().any(undefined) {
+        return Some(
+            "R-hat or ESS is undefined (a chain never moved): the chains have not converged".into(),
+        );
+    }
     let worst_rhat = s
         .parameters
         .iter()
-        .map(|p| p.r_hat)
+        .filter_map(|p| p.r_hat)
         .fold(f64::NAN, f64::max);
     let least_ess = s
         .parameters
         .iter()
-        .map(|p| p.ess_bulk.min(p.ess_tail))
+        .filter_map(|p| Some(p.ess_bulk?.min(p.ess_tail?)))
         .fold(f64::NAN, f64::min);
     (worst_rhat > 1.01 || least_ess < 100.0).then(|| {
         format!(
