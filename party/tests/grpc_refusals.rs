@@ -48,6 +48,7 @@ fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
             table: "rows".into(),
         },
         model: spec,
+        limits: Default::default(),
     }
 }
 
