@@ -336,10 +336,6 @@ impl PartyNode {
         self
     }
 
-    pub fn limits(&self) -> RunLimits {
-        self.limits
-    }
-
     /// Everything committed: closed runs' releases aggregated, then one release per open run,
     /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
@@ -361,15 +357,19 @@ impl PartyNode {
         Composition::new(releases, self.neighbours).expect("checked releases")
     }
 
-    pub fn describe(&self) -> Description {
-        let open_runs = self
-            .runs
+    /// Runs admitted and not closed (a run whose close was cancelled half-way is closed).
+    fn open_runs(&self) -> usize {
+        self.runs
             .lock()
             .expect("runs lock")
             .open
             .values()
             .filter(|r| !r.closed.load(Ordering::SeqCst))
-            .count() as u32;
+            .count()
+    }
+
+    pub fn describe(&self) -> Description {
+        let open_runs = self.open_runs() as u32;
         let committed = self.committed();
         Description {
             name: self.name.clone(),
@@ -468,9 +468,8 @@ impl PartyNode {
     pub async fn open_run(&self, plan: Plan, fingerprint: &str) -> Result<Grant, PartyError> {
         let (mechanism, releases) = self.check_plan(&plan, fingerprint)?;
         let _admission = self.admission.lock().await;
-        let open = self.runs.lock().expect("runs lock").open.len();
         let max_open_runs = self.limits.max_open_runs;
-        if open >= max_open_runs as usize {
+        if self.open_runs() >= max_open_runs as usize {
             return Err(PartyError::BudgetExhausted(format!(
                 "this party holds at most {max_open_runs} open runs (max_open_runs); close one, \
                  or wait for an idle one's lease ({} s) to end",
@@ -593,20 +592,18 @@ impl PartyNode {
     }
 
     /// Commits the close, waits for releases in flight, then folds the run into the closed
-    /// runs' aggregate charge. The caller holds the admission lock.
+    /// runs' aggregate charge. The caller holds the admission lock. A close cancelled while
+    /// it waited (its caller went away) is committed already: a second close finishes it.
     async fn close(
         &self,
         run_id: &str,
         run: Arc<RunState>,
         by: ClosedBy,
     ) -> Result<Closed, PartyError> {
-        if run.closed.load(Ordering::SeqCst) {
-            return Err(PartyError::FailedPrecondition(format!(
-                "run {run_id} is already closed"
-            )));
+        if !run.closed.load(Ordering::SeqCst) {
+            self.ledger.close_run(run_id, by).await?;
+            run.closed.store(true, Ordering::SeqCst);
         }
-        self.ledger.close_run(run_id, by).await?;
-        run.closed.store(true, Ordering::SeqCst);
         // Wait for releases in flight so the count below is final.
         for chain in &run.chains {
             drop(chain.lock().await);

@@ -1,16 +1,21 @@
-//! One process per ledger: a second `party serve` on a ledger in use stops at once, naming
-//! it, however the path reaches the file, and the first party keeps serving.
+//! Operating a party: one process per ledger (a second `party serve` on a ledger in use stops
+//! at once, naming it, however the path reaches the file, and the first keeps serving), and
+//! token files readable by their owner only.
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
 use fedmcmc_system_tests::{PartyProcess, bin};
 
-/// A party directory with a few CSV rows whose config names `ledger` (relative to `dir`).
+/// A party directory with a few CSV rows whose config names `ledger` (relative to `dir`); its
+/// token file is readable by everyone.
 fn party_dir(dir: &Path, ledger: &str) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("rows.csv"), "x1,x2\n0.1,3.0\n0.2,2.9\n-0.1,3.1\n").unwrap();
-    std::fs::write(dir.join("token"), "a-token-of-enough-length\n").unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "a-token-of-enough-length\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::write(
         dir.join("party.toml"),
         format!(
@@ -64,6 +69,10 @@ fn a_second_party_on_a_ledger_in_use_is_refused_and_the_first_keeps_serving() {
             )),
             "{stderr}"
         );
+        assert!(
+            stderr.contains("the token file is readable by group or others"),
+            "{stderr}"
+        );
     }
 
     assert!(
@@ -76,4 +85,32 @@ fn a_second_party_on_a_ledger_in_use_is_refused_and_the_first_keeps_serving() {
     first.kill();
     let second = PartyProcess::start(&other_dir.join("party.toml"));
     TcpStream::connect(second.addr).expect("the second party serves");
+}
+
+/// `coordinator simulate` writes each party's token readable by its owner only.
+#[test]
+fn simulated_parties_tokens_are_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let status = Command::new(bin("coordinator"))
+        .args([
+            "simulate",
+            "--rows",
+            "600",
+            "--parties",
+            "2",
+            "--chains",
+            "1",
+        ])
+        .args(["--iterations", "20", "--epsilon", "50", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run coordinator")
+        .status;
+    assert!(status.success());
+    for i in 1..=2 {
+        let token = out.join(format!("parties/party-{i}/token"));
+        let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", token.display());
+    }
 }
