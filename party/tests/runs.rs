@@ -1,20 +1,22 @@
 //! The run lifecycle on a party node in this process, over a ledger on disk: the idle lease,
 //! the caps on open runs and chains, and closed runs folded into one aggregate charge that a
 //! restart reads back unchanged.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fedmcmc_common::accountant::{Composition, MechanismKind, Release};
-use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
-use fedmcmc_party::budget::{Budget, NoiseRequest};
+use fedmcmc_party::budget::Budget;
+use fedmcmc_party::budget::NoiseRequest::Tau;
 use fedmcmc_party::config::{BudgetConfig, RunLimits};
 use fedmcmc_party::error::PartyError;
 use fedmcmc_party::ledger::Ledger;
-use fedmcmc_party::node::{FULL_PENALTY, Grant, Plan};
+use fedmcmc_party::node::Grant;
 use fedmcmc_party::release::StepKey;
-use rand::SeedableRng;
+use support::{banana_party, open};
+
+mod support;
 
 const ROWS: usize = 500;
 const DELTA: f64 = 1e-6;
@@ -33,42 +35,8 @@ fn budget() -> Budget {
 /// A party over fixed rows with the ledger at `ledger` (opened, or reopened as after a
 /// restart) under `limits`; and its model fingerprint.
 fn party(ledger: &Path, limits: RunLimits) -> (PartyNode, String) {
-    let spec = ModelSpec::flat_banana(2);
-    let model = spec.build().unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-    let data = model.simulate(&spec.true_theta(), ROWS, &mut rng);
-    let fingerprint = model.fingerprint();
-    let node = PartyNode::new(
-        "alpha".into(),
-        model,
-        data,
-        Neighbours::Substitute,
-        budget(),
-        Ledger::open(ledger).unwrap(),
-    )
-    .unwrap()
-    .with_limits(limits);
-    (node, fingerprint)
-}
-
-async fn open(
-    node: &PartyNode,
-    fp: &str,
-    chains: u32,
-    steps: u64,
-    tau: f64,
-) -> Result<Grant, PartyError> {
-    node.open_run(
-        Plan {
-            variant: FULL_PENALTY.into(),
-            chains,
-            steps_per_chain: steps,
-            clip: 2.0,
-            noise: NoiseRequest::Tau(tau),
-        },
-        fp,
-    )
-    .await
+    let (node, fp) = banana_party(ROWS, budget(), Ledger::open(ledger).unwrap());
+    (node.with_limits(limits), fp)
 }
 
 async fn step(node: &PartyNode, run_id: &str, chain: u32, step: u64) -> Result<bool, PartyError> {
@@ -94,6 +62,15 @@ fn epsilon_of(releases: &[(u64, f64)]) -> f64 {
     budget().epsilon_of(&Composition::new(releases, Neighbours::Substitute).unwrap())
 }
 
+/// A party on a new ledger in a temporary directory, under `limits`; and the ledger's path,
+/// to reopen it as after a restart.
+fn fresh(limits: RunLimits) -> (tempfile::TempDir, PathBuf, PartyNode, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.sqlite");
+    let (node, fp) = party(&ledger, limits);
+    (dir, ledger, node, fp)
+}
+
 fn refusal(result: Result<impl std::fmt::Debug, PartyError>) -> PartyError {
     result.expect_err("a refusal")
 }
@@ -103,16 +80,14 @@ fn refusal(result: Result<impl std::fmt::Debug, PartyError>) -> PartyError {
 /// closed, after a restart too.
 #[tokio::test]
 async fn an_idle_run_is_closed_by_its_lease_and_charged_what_it_released() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("ledger.sqlite");
     let limits = RunLimits {
         lease_seconds: 5,
         ..RunLimits::default()
     };
-    let (node, fp) = party(&ledger, limits);
-    let idle = open(&node, &fp, 1, 10, 0.5).await.unwrap();
+    let (_dir, ledger, node, fp) = fresh(limits);
+    let idle = open(&node, &fp, 1, 10, Tau(0.5)).await.unwrap();
     assert_eq!(idle.lease, Duration::from_secs(5));
-    let busy = open(&node, &fp, 1, 10, 0.5).await.unwrap();
+    let busy = open(&node, &fp, 1, 10, Tau(0.5)).await.unwrap();
     for s in 0..3 {
         step(&node, &idle.run_id, 0, s).await.unwrap();
     }
@@ -169,34 +144,32 @@ async fn an_idle_run_is_closed_by_its_lease_and_charged_what_it_released() {
 /// RESOURCE_EXHAUSTED naming the cap, and reserves nothing; closing a run makes room.
 #[tokio::test]
 async fn open_runs_and_chains_are_capped() {
-    let dir = tempfile::tempdir().unwrap();
     let limits = RunLimits {
         max_open_runs: 2,
         max_chains: 4,
         ..RunLimits::default()
     };
-    let (node, fp) = party(&dir.path().join("ledger.sqlite"), limits);
-    let err = refusal(open(&node, &fp, 5, 1, 0.5).await);
-    assert!(matches!(err, PartyError::BudgetExhausted(_)), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("at most 4 chains per run (max_chains)"),
-        "{err}"
+    let (_dir, _, node, fp) = fresh(limits);
+    let capped = |result: Result<Grant, PartyError>, cap: &str| {
+        let err = refusal(result);
+        assert!(matches!(err, PartyError::BudgetExhausted(_)), "{err:?}");
+        assert!(err.to_string().contains(cap), "{err}");
+    };
+    capped(
+        open(&node, &fp, 5, 1, Tau(0.5)).await,
+        "at most 4 chains per run (max_chains)",
     );
-    let first = open(&node, &fp, 4, 1, 0.5).await.unwrap();
-    open(&node, &fp, 1, 1, 0.5).await.unwrap();
+    let first = open(&node, &fp, 4, 1, Tau(0.5)).await.unwrap();
+    open(&node, &fp, 1, 1, Tau(0.5)).await.unwrap();
     let committed = node.describe().epsilon_committed;
-    let err = refusal(open(&node, &fp, 1, 1, 0.5).await);
-    assert!(matches!(err, PartyError::BudgetExhausted(_)), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("at most 2 open runs (max_open_runs)"),
-        "{err}"
+    capped(
+        open(&node, &fp, 1, 1, Tau(0.5)).await,
+        "at most 2 open runs (max_open_runs)",
     );
     assert_eq!(node.describe().epsilon_committed, committed);
     assert_eq!(node.describe().open_runs, 2);
     node.close_run(&first.run_id).await.unwrap();
-    open(&node, &fp, 1, 1, 0.5).await.unwrap();
+    open(&node, &fp, 1, 1, Tau(0.5)).await.unwrap();
 }
 
 /// Many closed runs at two noise levels, and one open run: ε committed is what composing
@@ -204,14 +177,12 @@ async fn open_runs_and_chains_are_capped() {
 /// exactly. Closed runs are remembered as closed, open runs resume where their chains were.
 #[tokio::test]
 async fn closed_runs_compose_as_before_and_a_restart_reads_them_back_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("ledger.sqlite");
-    let (node, fp) = party(&ledger, RunLimits::default());
+    let (_dir, ledger, node, fp) = fresh(RunLimits::default());
     let mut per_run = Vec::new();
     let mut closed_ids = Vec::new();
     for i in 0..60u64 {
         let tau = if i % 3 == 0 { 0.8 } else { 0.5 };
-        let grant = open(&node, &fp, 2, 3, tau).await.unwrap();
+        let grant = open(&node, &fp, 2, 3, Tau(tau)).await.unwrap();
         let released = i % 4;
         for s in 0..released {
             step(&node, &grant.run_id, (s % 2) as u32, s / 2)
@@ -225,7 +196,7 @@ async fn closed_runs_compose_as_before_and_a_restart_reads_them_back_unchanged()
         per_run.push((released, grant.noise_multiplier));
         closed_ids.push(grant.run_id);
     }
-    let open_run = open(&node, &fp, 3, 4, 0.6).await.unwrap();
+    let open_run = open(&node, &fp, 3, 4, Tau(0.6)).await.unwrap();
     step(&node, &open_run.run_id, 0, 0).await.unwrap();
     step(&node, &open_run.run_id, 0, 1).await.unwrap();
     step(&node, &open_run.run_id, 2, 0).await.unwrap();
@@ -285,16 +256,15 @@ fn rss_mib() -> f64 {
 /// one at a time, in a release build:
 /// `cargo test --release -p fedmcmc-party --test runs -- --ignored --nocapture tiny_runs_`.
 async fn tiny_runs(max_chains: u32, close: bool) {
-    let dir = tempfile::tempdir().unwrap();
     let limits = RunLimits {
         max_chains,
         ..RunLimits::default()
     };
-    let (node, fp) = party(&dir.path().join("ledger.sqlite"), limits);
+    let (_dir, _, node, fp) = fresh(limits);
     let start = rss_mib();
     let (mut granted, mut refused) = (0, 0);
     for _ in 0..3000 {
-        match open(&node, &fp, 1024, 1, 1e9).await {
+        match open(&node, &fp, 1024, 1, Tau(1e9)).await {
             Ok(g) => {
                 granted += 1;
                 if close {
@@ -336,20 +306,18 @@ async fn tiny_runs_1024_chains_left_open() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
 async fn start_up_with_10000_closed_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("ledger.sqlite");
     let limits = RunLimits {
         max_chains: 1024,
         ..RunLimits::default()
     };
-    let (node, fp) = party(&ledger, limits);
+    let (_dir, ledger, node, fp) = fresh(limits);
     let fill = Instant::now();
     for _ in 0..10_000 {
-        let g = open(&node, &fp, 1024, 1, 1e9).await.unwrap();
+        let g = open(&node, &fp, 1024, 1, Tau(1e9)).await.unwrap();
         step(&node, &g.run_id, 0, 0).await.unwrap();
         node.close_run(&g.run_id).await.unwrap();
     }
-    let g = open(&node, &fp, 1024, 1, 1e9).await.unwrap();
+    let g = open(&node, &fp, 1024, 1, Tau(1e9)).await.unwrap();
     step(&node, &g.run_id, 7, 0).await.unwrap();
     let committed = node.describe().epsilon_committed;
     println!("filled 10 000 closed runs in {:.1?}", fill.elapsed());
