@@ -251,10 +251,11 @@ fn rss_mib() -> f64 {
 }
 
 /// 3 000 attempted OpenRuns of 1 024 chains × 1 step at τ = 1e9 (issue 9's load), under
-/// the default caps and under `max_chains = 1024`, each granted run closed at once (`close`)
-/// or left open: prints the party's RSS. Measures, asserts nothing about time or size. Run
-/// one at a time, in a release build:
-/// `cargo test --release -p fedmcmc-party --test runs -- --ignored --nocapture tiny_runs_`.
+/// the default caps and under `max_chains = 1024`, each granted run answering one step and
+/// then closed at once (`close`) or left open: prints the party's RSS. Measures; asserts
+/// nothing about time or size. Run one at a time (RSS is per process):
+/// `cargo test -p fedmcmc-party --test runs -- --ignored --nocapture --exact tiny_runs_default_caps`
+/// (likewise `tiny_runs_1024_chains_closed`, `tiny_runs_1024_chains_left_open`).
 async fn tiny_runs(max_chains: u32, close: bool) {
     let limits = RunLimits {
         max_chains,
@@ -267,6 +268,7 @@ async fn tiny_runs(max_chains: u32, close: bool) {
         match open(&node, &fp, 1024, 1, Tau(1e9)).await {
             Ok(g) => {
                 granted += 1;
+                step(&node, &g.run_id, 0, 0).await.unwrap();
                 if close {
                     node.close_run(&g.run_id).await.unwrap();
                 }
@@ -301,8 +303,8 @@ async fn tiny_runs_1024_chains_left_open() {
 }
 
 /// Start-up (Ledger::open + PartyNode::new) over a ledger holding 10 000 closed runs of
-/// 1 024 chains with one release each, and one open run. Prints the times. Run in a release
-/// build: `cargo test --release -p fedmcmc-party --test runs -- --ignored --nocapture start_up`.
+/// 1 024 chains with one release each, and one open run. Prints the times:
+/// `cargo test -p fedmcmc-party --test runs -- --ignored --nocapture start_up`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
 async fn start_up_with_10000_closed_runs() {
