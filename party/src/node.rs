@@ -1,5 +1,6 @@
-//! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun). The per-step
-//! release path is in `release.rs`; the gRPC mapping in `service.rs`.
+//! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
+//! that closes runs their coordinator abandoned). The per-step release path is in
+//! `release.rs`; the gRPC mapping in `service.rs`.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
