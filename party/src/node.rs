@@ -27,7 +27,7 @@ pub const FULL_PENALTY: &str = "full-penalty";
 /// variant this party does not serve. The one place a variant maps to a [`MechanismKind`].
 pub fn mechanism_of(variant: &str) -> Option<MechanismKind> {
     match variant {
-        // Σ clip(r_x) over all rows plus Gaussian noise (seed 004 Alg. 2).
+        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2).
         FULL_PENALTY => Some(MechanismKind::Gaussian),
         _ => None,
     }
