@@ -246,7 +246,7 @@ fn write_party_dir(
 ) -> anyhow::Result<PartyConfig> {
     std::fs::create_dir_all(dir)?;
     fedmcmc_party::store::write_sqlite(&dir.join("rows.sqlite"), "rows", rows)?;
-    std::fs::write(dir.join("token"), format!("{token}\n"))?;
+    fedmcmc_party::config::write_secret(&dir.join("token"), &format!("{token}\n"))?;
     let config = PartyConfig {
         name: name.to_string(),
         listen: format!("127.0.0.1:{}", 50051 + index).parse()?,
@@ -264,6 +264,7 @@ fn write_party_dir(
             table: "rows".into(),
         },
         model: sim.spec.clone(),
+        limits: Default::default(),
     };
     config
         .validate()

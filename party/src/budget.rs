@@ -2,8 +2,9 @@
 //! the party's (ε, δ)?
 //!
 //! Everything the party has released or reserved is one [`Composition`] under its neighbour
-//! relation, one [`Release`] per run: the run's mechanism and noise multiplier, with its
-//! planned count while open and its released count once closed. Every budget question (admit,
+//! relation: one [`Release`] per open run (its mechanism and noise multiplier, with its
+//! planned count), and the released counts of closed runs summed per mechanism and noise
+//! multiplier (the same composition, kept small however many runs have closed). Every budget question (admit,
 //! calibrate, how many more fit, ε spent) is asked of the configured accountant ([`Choice`])
 //! on that composition. The general accountant rather than μ arithmetic, because μ = Σ 1/(2s²)
 //! composes plain Gaussian releases only (Räisä 2020, Thms 3.2 and 4.3), while the variants to come

@@ -1,7 +1,10 @@
 //! `party.toml`: what an operator configures. Relative paths are resolved against the
 //! directory of the config file, so a party directory can be moved as a whole.
+use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use fedmcmc_common::accountant::Choice;
 use fedmcmc_common::models::ModelSpec;
@@ -24,6 +27,39 @@ pub struct PartyConfig {
     pub budget: BudgetConfig,
     pub data: DataConfig,
     pub model: ModelSpec,
+    /// Caps and the idle lease; every key has a default.
+    #[serde(default)]
+    pub limits: RunLimits,
+}
+
+/// `[limits]`: what one caller can make the party hold. Without caps, cheap plans (many
+/// chains, tiny ε each) grew a party's memory and start-up time without bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunLimits {
+    /// A run without a step for this long is closed and charged what it released, so that an
+    /// abandoned run gives its reservation back.
+    pub lease_seconds: u64,
+    /// Runs open at once; OpenRun past it is refused.
+    pub max_open_runs: u32,
+    /// Chains one run may hold.
+    pub max_chains: u32,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            lease_seconds: 600,
+            max_open_runs: 16,
+            max_chains: 256,
+        }
+    }
+}
+
+impl RunLimits {
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_seconds)
+    }
 }
 
 fn default_neighbours() -> Neighbours {
@@ -141,11 +177,32 @@ impl PartyConfig {
         if !(delta > 0.0 && delta < 1.0) {
             return Err(format!("budget.delta must lie in (0, 1), got {delta}"));
         }
+        let RunLimits {
+            lease_seconds,
+            max_open_runs,
+            max_chains,
+        } = self.limits;
+        for (key, value) in [
+            ("lease_seconds", lease_seconds),
+            ("max_open_runs", max_open_runs.into()),
+            ("max_chains", max_chains.into()),
+        ] {
+            if value == 0 {
+                return Err(format!("limits.{key} must be at least 1"));
+            }
+        }
         Ok(())
     }
 
-    /// Reads the bearer token; a short or missing token is an error, never "no auth".
+    /// Reads the bearer token; a short or missing token is an error, never "no auth". A token
+    /// file that group or others may read is served, with a warning.
     pub fn read_token(&self) -> Result<String, ConfigError> {
+        if let Some(mode) = readable_by_others(&self.auth_token_file) {
+            tracing::warn!(
+                file = %self.auth_token_file.display(), mode = format!("{mode:o}"),
+                "the token file is readable by group or others; `chmod 600` it"
+            );
+        }
         let text =
             std::fs::read_to_string(&self.auth_token_file).map_err(|source| ConfigError::Read {
                 path: self.auth_token_file.clone(),
@@ -160,6 +217,27 @@ impl PartyConfig {
         }
         Ok(token)
     }
+}
+
+/// The permission bits of `path` if group or others may read it; `None` otherwise or if it
+/// cannot be read at all (reading it says why).
+pub fn readable_by_others(path: &Path) -> Option<u32> {
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o044 != 0).then_some(mode)
+}
+
+/// Writes a secret (a token) readable by its owner only: created 0600, and narrowed to 0600
+/// if it already existed, before the secret is written.
+pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()
 }
 
 #[cfg(test)]
@@ -185,6 +263,7 @@ mod tests {
                 table: "rows".into(),
             },
             model: ModelSpec::flat_banana(2),
+            limits: RunLimits::default(),
         };
         let text = toml::to_string(&config).unwrap();
         assert!(text.contains("accountant = \"best\"\n"), "{text}");
@@ -210,6 +289,57 @@ mod tests {
             err.contains("not a valid party config")
                 && err.contains("unknown accountant 'tight', expected 'analytic', 'zcdp', 'rdp', 'pld' or 'best'"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn limits_default_when_absent_and_are_checked() {
+        let text = toml::to_string(&load_with(None).unwrap()).unwrap();
+        // The table comes last: the file without it is a config of an earlier version.
+        let (without, _) = text.split_once("[limits]").expect(&text);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("party.toml");
+        let with = |limits: &str| {
+            std::fs::write(&path, format!("{without}{limits}")).unwrap();
+            PartyConfig::load(&path)
+        };
+        assert_eq!(with("").unwrap().limits, RunLimits::default());
+        let set = with("[limits]\nlease_seconds = 30\nmax_open_runs = 2\n").unwrap();
+        assert_eq!(
+            set.limits,
+            RunLimits {
+                lease_seconds: 30,
+                max_open_runs: 2,
+                ..RunLimits::default()
+            }
+        );
+        let err = with("[limits]\nmax_chains = 0\n").unwrap_err().to_string();
+        assert!(
+            err.contains("limits.max_chains must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn secrets_are_written_owner_only_and_loose_ones_are_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(readable_by_others(&path), Some(0o644));
+        write_secret(&path, "a-token-of-enough-length\n").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(readable_by_others(&path), None);
+        let fresh = dir.path().join("fresh");
+        write_secret(&fresh, "x").unwrap();
+        assert_eq!(
+            std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "a-token-of-enough-length\n"
         );
     }
 }

@@ -9,7 +9,7 @@ pub enum PartyError {
     /// An unknown run id.
     #[error("{0}")]
     NotFound(String),
-    /// The party's budget or the run's plan has no room for this.
+    /// The party's budget, the run's plan or the party's caps on runs have no room for this.
     #[error("{0}")]
     BudgetExhausted(String),
     /// A replayed key with new inputs, a step out of order, a closed run, a model mismatch.

@@ -6,10 +6,17 @@
 //! ~70 µs per release on these machines (two thread wake-ups), against ~3 µs for the SQLite
 //! insert itself; on a multi-threaded runtime the commit runs in `block_in_place`, so an
 //! fsync does not stall other tasks.
+//!
+//! A ledger belongs to one process: [`Ledger::open`] takes an exclusive OS lock (`flock`) on
+//! the file before SQLite opens it and holds it as long as the ledger lives. SQLite's own
+//! locks serialise transactions, not owners: two parties on one ledger would each admit
+//! runs against a total that omits the other's reservations.
+use std::collections::HashMap;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
 /// The terms a run was admitted under; stored whole so the ledger alone explains every charge.
@@ -40,21 +47,48 @@ pub struct ReleaseRecord {
     pub noise_variance: f64,
 }
 
-/// A run as recovered from disk at start.
+/// An open run as recovered from disk at start.
 #[derive(Clone, Debug)]
 pub struct RunRecord {
     pub run_id: String,
     pub terms: RunTerms,
-    pub closed: bool,
     pub released: u64,
     /// The last release of each chain, if any (what a retry may ask for again).
     pub last: Vec<Option<ReleaseRecord>>,
+}
+
+/// Why a run was closed; recorded so that a late step is told why, after a restart too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedBy {
+    /// Its coordinator called CloseRun (or the ledger predates the lease).
+    CloseRun,
+    /// The party's lease: no step for `idle_seconds`.
+    Lease { idle_seconds: u64 },
+}
+
+/// Releases of closed runs with one variant and noise multiplier, summed: what the accountant
+/// composes for them, since k releases of one mechanism compose the same run by run or at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClosedCharge {
+    pub variant: String,
+    pub noise_multiplier: f64,
+    pub releases: u64,
+}
+
+/// Closed runs as recovered from disk: their ids with why they were closed, and their charge
+/// aggregated. No per-chain state, so memory and start-up do not grow with history.
+#[derive(Clone, Debug, Default)]
+pub struct ClosedRuns {
+    pub runs: HashMap<String, ClosedBy>,
+    pub charges: Vec<ClosedCharge>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("ledger {path}: {message}")]
     Storage { path: PathBuf, message: String },
+    #[error("ledger {path} is in use by another process; a ledger belongs to one party at a time")]
+    InUse { path: PathBuf },
 }
 
 enum Entry<'a> {
@@ -65,14 +99,19 @@ enum Entry<'a> {
     Release(&'a ReleaseRecord),
     Close {
         run_id: &'a str,
+        by: ClosedBy,
     },
 }
 
 pub struct Ledger {
     path: PathBuf,
+    /// Declared before `_owner` so that SQLite closes first: closing any descriptor of a file
+    /// drops the process's POSIX locks on it, which SQLite relies on while it is open.
     conn: Mutex<Connection>,
     /// On disk (fsync'd commits) rather than in memory.
     durable: bool,
+    /// The exclusive lock on the ledger file, held for the life of the ledger.
+    _owner: Option<File>,
 }
 
 fn storage(path: &Path, e: rusqlite::Error) -> LedgerError {
@@ -97,7 +136,8 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     terms TEXT NOT NULL,
-    closed INTEGER NOT NULL DEFAULT 0
+    closed INTEGER NOT NULL DEFAULT 0,
+    closed_idle_seconds INTEGER
 );
 CREATE TABLE IF NOT EXISTS releases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -112,13 +152,60 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 ";
 
+/// Columns added since the first schema, with their type: added to an older ledger at open.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    // NULL: open, or closed by CloseRun; otherwise closed by the lease after that many s idle.
+    ("runs", "closed_idle_seconds", "INTEGER"),
+];
+
+/// Brings a ledger written by an earlier version up to [`SCHEMA`].
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    for (table, column, ty) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Takes the exclusive lock on the ledger file (creating it empty, which SQLite accepts as a
+/// new database). `flock` locks the file, not its name: another path, a symlink or a hard
+/// link to it meets the same lock.
+fn lock(path: &Path) -> Result<File, LedgerError> {
+    let io = |e: std::io::Error| LedgerError::Storage {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(LedgerError::InUse {
+            path: path.to_path_buf(),
+        }),
+        Err(TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
 impl Ledger {
-    /// Opens (or creates) the ledger and returns it with every run it records.
+    /// Opens (or creates) the ledger, owning it exclusively until dropped, and returns it with
+    /// the runs it records as open. Closed runs: [`Ledger::closed_runs`].
     pub fn open(path: &Path) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
+        let owner = lock(path)?;
         let conn = Connection::open(path).map_err(|e| storage(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, true)
+        Self::start(conn, path, Some(owner))
     }
 
     /// A ledger that lives in memory only: the same code path without the fsync, for
@@ -127,26 +214,35 @@ impl Ledger {
     pub fn in_memory() -> Result<Ledger, LedgerError> {
         let path = Path::new(":memory:");
         let conn = Connection::open_in_memory().map_err(|e| storage(path, e))?;
-        Ok(Self::start(conn, path, false)?.0)
+        Ok(Self::start(conn, path, None)?.0)
     }
 
+    /// `owner` is the lock of a durable ledger; an in-memory one has none and no fsync.
     fn start(
         conn: Connection,
         path: &Path,
-        durable: bool,
+        owner: Option<File>,
     ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| storage(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| storage(path, e))?;
-        let runs = read_runs(&conn).map_err(|e| storage(path, e))?;
+        migrate(&conn).map_err(|e| storage(path, e))?;
+        let runs = read_open_runs(&conn).map_err(|e| storage(path, e))?;
         Ok((
             Ledger {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
-                durable,
+                durable: owner.is_some(),
+                _owner: owner,
             },
             runs,
         ))
+    }
+
+    /// The closed runs this ledger records, read in two queries whatever their number.
+    pub fn closed_runs(&self) -> Result<ClosedRuns, LedgerError> {
+        let conn = self.conn.lock().expect("ledger lock");
+        read_closed_runs(&conn).map_err(|e| storage(&self.path, e))
     }
 
     pub fn path(&self) -> &Path {
@@ -181,8 +277,8 @@ impl Ledger {
     }
 
     /// Durably closes a run: from now on it is charged for what it released.
-    pub async fn close_run(&self, run_id: &str) -> Result<(), LedgerError> {
-        self.commit(Entry::Close { run_id }).await
+    pub async fn close_run(&self, run_id: &str, by: ClosedBy) -> Result<(), LedgerError> {
+        self.commit(Entry::Close { run_id, by }).await
     }
 }
 
@@ -213,61 +309,249 @@ fn write_entry(conn: &mut Connection, entry: &Entry<'_>) -> rusqlite::Result<()>
                 r.noise_variance
             ])?;
         }
-        Entry::Close { run_id } => {
+        Entry::Close { run_id, by } => {
+            let idle_seconds = match by {
+                ClosedBy::CloseRun => None,
+                ClosedBy::Lease { idle_seconds } => Some(*idle_seconds as i64),
+            };
             tx.execute(
-                "UPDATE runs SET closed = 1 WHERE run_id = ?1",
-                params![run_id],
+                "UPDATE runs SET closed = 1, closed_idle_seconds = ?2 WHERE run_id = ?1",
+                params![run_id, idle_seconds],
             )?;
         }
     }
     tx.commit()
 }
 
-fn read_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
-    let mut stmt = conn.prepare("SELECT run_id, terms, closed FROM runs ORDER BY rowid")?;
-    let heads: Vec<(String, String, bool)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? != 0)))?
-        .collect::<Result<_, _>>()?;
-    let mut runs = Vec::with_capacity(heads.len());
-    for (run_id, terms, closed) in heads {
-        let terms: RunTerms = serde_json::from_str(&terms).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e))
-        })?;
-        let released: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM releases WHERE run_id = ?1",
-            params![run_id],
-            |r| r.get(0),
-        )?;
-        let mut last = Vec::with_capacity(terms.chains as usize);
-        for chain in 0..terms.chains {
-            last.push(
-                conn.query_row(
-                    "SELECT step, mechanism, noise_multiplier, inputs, value, noise_variance
-                     FROM releases WHERE run_id = ?1 AND chain = ?2 ORDER BY step DESC LIMIT 1",
-                    params![run_id, chain],
-                    |r| {
-                        Ok(ReleaseRecord {
-                            run_id: run_id.clone(),
-                            chain,
-                            step: r.get::<_, i64>(0)? as u64,
-                            mechanism: r.get(1)?,
-                            noise_multiplier: r.get(2)?,
-                            inputs: blob_to_f64s(&r.get::<_, Vec<u8>>(3)?),
-                            value: blob_to_f64s(&r.get::<_, Vec<u8>>(4)?),
-                            noise_variance: r.get(5)?,
-                        })
-                    },
-                )
-                .optional()?,
-            );
-        }
+fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
+    serde_json::from_str(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+/// Open runs with their release counts and each chain's last release: two queries in all, not
+/// one per run or chain (a ledger once held millions of chains and took minutes to start).
+fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
+    let mut stmt =
+        conn.prepare("SELECT run_id, terms FROM runs WHERE closed = 0 ORDER BY rowid")?;
+    let mut runs = Vec::new();
+    let mut index = HashMap::new();
+    for head in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+        let (run_id, terms) = head?;
+        let terms = terms_from_json(1, &terms)?;
+        index.insert(run_id.clone(), runs.len());
         runs.push(RunRecord {
             run_id,
+            last: vec![None; terms.chains as usize],
             terms,
-            closed,
-            released: released as u64,
-            last,
+            released: 0,
         });
     }
+    // SQLite takes the bare columns of a group from the row holding its MAX(step).
+    let mut stmt = conn.prepare(
+        "SELECT run_id, chain, MAX(step), COUNT(*), mechanism, noise_multiplier, inputs, value,
+                noise_variance
+         FROM releases WHERE run_id IN (SELECT run_id FROM runs WHERE closed = 0)
+         GROUP BY run_id, chain",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let run_id: String = r.get(0)?;
+        let chain: u32 = r.get(1)?;
+        let Some(run) = index.get(&run_id).map(|&i| &mut runs[i]) else {
+            continue;
+        };
+        run.released += r.get::<_, i64>(3)? as u64;
+        let record = ReleaseRecord {
+            run_id,
+            chain,
+            step: r.get::<_, i64>(2)? as u64,
+            mechanism: r.get(4)?,
+            noise_multiplier: r.get(5)?,
+            inputs: blob_to_f64s(&r.get::<_, Vec<u8>>(6)?),
+            value: blob_to_f64s(&r.get::<_, Vec<u8>>(7)?),
+            noise_variance: r.get(8)?,
+        };
+        // A release on a chain beyond the run's terms is still charged (counted above).
+        if let Some(slot) = run.last.get_mut(chain as usize) {
+            *slot = Some(record);
+        }
+    }
     Ok(runs)
+}
+
+/// Closed runs: ids and reasons, and their releases summed per (variant, noise multiplier)
+/// in one GROUP BY. A release's multiplier is its run's (the release path copies it).
+fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
+    let mut stmt = conn.prepare("SELECT run_id, closed_idle_seconds FROM runs WHERE closed = 1")?;
+    let runs = stmt
+        .query_map([], |r| {
+            let by = match r.get::<_, Option<i64>>(1)? {
+                None => ClosedBy::CloseRun,
+                Some(s) => ClosedBy::Lease {
+                    idle_seconds: s as u64,
+                },
+            };
+            Ok((r.get(0)?, by))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare(
+        "SELECT json_extract(runs.terms, '$.variant'), releases.noise_multiplier, COUNT(*)
+         FROM releases JOIN runs ON runs.run_id = releases.run_id
+         WHERE runs.closed = 1
+         GROUP BY 1, 2 ORDER BY 1, 2",
+    )?;
+    let charges = stmt
+        .query_map([], |r| {
+            Ok(ClosedCharge {
+                variant: r.get(0)?,
+                noise_multiplier: r.get(1)?,
+                releases: r.get::<_, i64>(2)? as u64,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(ClosedRuns { runs, charges })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_use(result: Result<(Ledger, Vec<RunRecord>), LedgerError>) -> String {
+        match result {
+            Err(e @ LedgerError::InUse { .. }) => e.to_string(),
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(_) => panic!("a second open of an owned ledger succeeded"),
+        }
+    }
+
+    /// `flock` conflicts between open file descriptions, so a second open in the same process
+    /// is refused as another process's would be; dropping the first frees the ledger.
+    #[test]
+    fn a_ledger_has_one_owner_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let first = Ledger::open(&path).unwrap();
+        let said = in_use(Ledger::open(&path));
+        assert_eq!(
+            said,
+            format!(
+                "ledger {} is in use by another process; a ledger belongs to one party at a time",
+                path.display()
+            )
+        );
+        drop(first);
+        let again = Ledger::open(&path).unwrap();
+        // In-memory ledgers own no file.
+        let _a = Ledger::in_memory().unwrap();
+        let _b = Ledger::in_memory().unwrap();
+        drop(again);
+    }
+
+    /// The lock is on the file, not its name: a symlink, a hard link or a path through
+    /// another directory reaches the same lock.
+    #[test]
+    fn the_lock_holds_whatever_path_reaches_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let _owner = Ledger::open(&path).unwrap();
+        let symlink = dir.path().join("symlink.sqlite");
+        std::os::unix::fs::symlink(&path, &symlink).unwrap();
+        let hard = dir.path().join("hard.sqlite");
+        std::fs::hard_link(&path, &hard).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let dotted = dir.path().join("sub/../ledger.sqlite");
+        for other in [symlink, hard, dotted] {
+            let said = in_use(Ledger::open(&other));
+            assert!(said.contains(&other.display().to_string()), "{said}");
+        }
+    }
+
+    /// A ledger written before runs recorded why they were closed gains the column; its
+    /// closed runs read as closed by CloseRun and keep their charge.
+    #[test]
+    fn a_ledger_of_the_first_schema_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let terms = RunTerms {
+            variant: "full-penalty".into(),
+            chains: 2,
+            steps_per_chain: 5,
+            planned_releases: 10,
+            clip: 2.0,
+            tau: 0.5,
+            noise_multiplier: 22.5,
+        };
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE runs (
+                    run_id TEXT PRIMARY KEY,
+                    opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                    terms TEXT NOT NULL,
+                    closed INTEGER NOT NULL DEFAULT 0
+                );",
+            )
+            .unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            let mut conn = conn;
+            for (run_id, closed) in [("old", 1), ("live", 0)] {
+                write_entry(
+                    &mut conn,
+                    &Entry::Open {
+                        run_id,
+                        terms: &terms,
+                    },
+                )
+                .unwrap();
+                for step in 0..2 {
+                    let release = ReleaseRecord {
+                        run_id: run_id.into(),
+                        chain: 1,
+                        step,
+                        mechanism: "gaussian".into(),
+                        noise_multiplier: terms.noise_multiplier,
+                        inputs: vec![0.0; 4],
+                        value: vec![step as f64],
+                        noise_variance: 1.0,
+                    };
+                    write_entry(&mut conn, &Entry::Release(&release)).unwrap();
+                }
+                conn.execute(
+                    "UPDATE runs SET closed = ?2 WHERE run_id = ?1",
+                    params![run_id, closed],
+                )
+                .unwrap();
+            }
+        }
+        let (ledger, open) = Ledger::open(&path).unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].run_id, "live");
+        assert_eq!(open[0].released, 2);
+        assert!(open[0].last[0].is_none());
+        assert_eq!(open[0].last[1].as_ref().unwrap().step, 1);
+        let closed = ledger.closed_runs().unwrap();
+        assert_eq!(
+            closed.runs,
+            HashMap::from([("old".into(), ClosedBy::CloseRun)])
+        );
+        assert_eq!(
+            closed.charges,
+            vec![ClosedCharge {
+                variant: "full-penalty".into(),
+                noise_multiplier: 22.5,
+                releases: 2,
+            }]
+        );
+        // The new column is written from now on.
+        let by = ClosedBy::Lease { idle_seconds: 600 };
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(ledger.close_run("live", by))
+            .unwrap();
+        let closed = ledger.closed_runs().unwrap();
+        assert_eq!(closed.runs["live"], by);
+        assert_eq!(closed.charges[0].releases, 4);
+    }
 }

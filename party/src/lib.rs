@@ -38,13 +38,14 @@ pub struct Opened {
     pub token: String,
 }
 
-/// Loads rows, model, budget and ledger from a validated config.
+/// Loads rows, model, budget and ledger from a validated config. The ledger is taken first,
+/// so that a second party on it stops at once, before loading any rows.
 pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
     let model = config.model.build()?;
     let token = config.read_token()?;
-    let data = store::load(&config.data, model.row_dim())?;
-    let budget = budget::Budget::new(config.budget)?;
     let ledger = ledger::Ledger::open(&config.ledger)?;
+    let budget = budget::Budget::new(config.budget)?;
+    let data = store::load(&config.data, model.row_dim())?;
     let node = PartyNode::new(
         config.name.clone(),
         model,
@@ -52,7 +53,8 @@ pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
         config.neighbours,
         budget,
         ledger,
-    )?;
+    )?
+    .with_limits(config.limits);
     Ok(Opened {
         node: Arc::new(node),
         token,

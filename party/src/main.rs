@@ -50,6 +50,9 @@ async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    tokio::spawn(fedmcmc_party::PartyNode::keep_leases(
+        std::sync::Arc::downgrade(&opened.node),
+    ));
     let d = opened.node.describe();
     tracing::info!(
         party = %d.name, listen = %listener.local_addr()?, rows = d.rows, model = %d.model,

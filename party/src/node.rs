@@ -1,8 +1,10 @@
-//! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun). The per-step
-//! release path is in `release.rs`; the gRPC mapping in `service.rs`.
+//! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
+//! that closes runs their coordinator abandoned). The per-step release path is in
+//! `release.rs`; the gRPC mapping in `service.rs`.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use fedmcmc_common::accountant::{Composition, MechanismKind, Release};
 use fedmcmc_common::data::Columns;
@@ -12,8 +14,11 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::budget::{Budget, NoiseRequest};
+use crate::config::RunLimits;
 use crate::error::PartyError;
-use crate::ledger::{Ledger, ReleaseRecord, RunRecord, RunTerms};
+use crate::ledger::{
+    ClosedBy, ClosedCharge, ClosedRuns, Ledger, ReleaseRecord, RunRecord, RunTerms,
+};
 
 /// Variants this party serves (the wire names of `fedmcmc.v1.Variant`).
 pub const FULL_PENALTY: &str = "full-penalty";
@@ -32,9 +37,6 @@ pub fn mechanism_of(variant: &str) -> Option<MechanismKind> {
 /// μ = 1/(2s²) is beyond any budget and overflows the accountant for tiny τ; above, the noise
 /// is pointless and its variance overflows. (Calibration searches inside this range.)
 pub const NOISE_MULTIPLIERS: (f64, f64) = (1e-9, 1e12);
-
-/// Most chains one run may hold.
-pub const MAX_CHAINS: u32 = 1024;
 
 /// Where the noise comes from: ChaCha20 seeded from the operating system, never from a
 /// caller. Test builds alone may seed it, to make statistical tests reproducible.
@@ -72,31 +74,49 @@ pub(crate) struct RunState {
     /// Releases committed to the ledger so far.
     pub released: AtomicU64,
     pub chains: Vec<tokio::sync::Mutex<ChainState>>,
+    /// When the run was last looked up (a step, a close): the lease counts from here.
+    last_active: Mutex<Instant>,
+}
+
+/// The mechanism of `count` releases of `variant` at `noise_multiplier`, or why the ledger's
+/// record of them (written by another version, or edited) cannot be accounted for.
+fn recorded_release(
+    what: &str,
+    variant: &str,
+    noise_multiplier: f64,
+    count: u64,
+) -> Result<MechanismKind, PartyError> {
+    let bad = |why: String| {
+        PartyError::FailedPrecondition(format!(
+            "the ledger records {what} with {why}; this party cannot account for it"
+        ))
+    };
+    let mechanism =
+        mechanism_of(variant).ok_or_else(|| bad(format!("the unknown variant {variant:?}")))?;
+    Release {
+        mechanism,
+        noise_multiplier,
+        count: count as f64,
+    }
+    .validate()
+    .map_err(|e| bad(e.to_string()))?;
+    Ok(mechanism)
 }
 
 impl RunState {
-    /// Refuses a run whose variant or noise the accountant could not compose (a ledger
-    /// written by another version, or edited).
-    fn from_record(record: RunRecord) -> Result<Self, PartyError> {
-        let bad = |what: String| {
-            PartyError::FailedPrecondition(format!(
-                "the ledger records run {} with {what}; this party cannot account for it",
-                record.run_id
-            ))
-        };
-        let mechanism = mechanism_of(&record.terms.variant)
-            .ok_or_else(|| bad(format!("the unknown variant {:?}", record.terms.variant)))?;
-        Release {
-            mechanism,
-            noise_multiplier: record.terms.noise_multiplier,
-            count: record.terms.planned_releases as f64,
-        }
-        .validate()
-        .map_err(|e| bad(e.to_string()))?;
+    /// Refuses a run whose variant or noise the accountant could not compose.
+    fn from_record(record: RunRecord, now: Instant) -> Result<Self, PartyError> {
+        let mechanism = recorded_release(
+            &format!("run {}", record.run_id),
+            &record.terms.variant,
+            record.terms.noise_multiplier,
+            record.terms.planned_releases,
+        )?;
         Ok(RunState {
             mechanism,
-            closed: AtomicBool::new(record.closed),
+            closed: AtomicBool::new(false),
             released: AtomicU64::new(record.released),
+            last_active: Mutex::new(now),
             chains: record
                 .last
                 .into_iter()
@@ -109,6 +129,14 @@ impl RunState {
                 .collect(),
             terms: record.terms,
         })
+    }
+
+    fn touch(&self, now: Instant) {
+        *self.last_active.lock().expect("lease lock") = now;
+    }
+
+    fn idle_since(&self) -> Instant {
+        *self.last_active.lock().expect("lease lock")
     }
 
     /// What this run is charged: its whole plan while open, what it released once closed.
@@ -162,6 +190,8 @@ pub struct Grant {
     pub releases: u64,
     pub run_epsilon: f64,
     pub epsilon_committed: f64,
+    /// The party closes the run after this long without a step.
+    pub lease: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -169,6 +199,49 @@ pub struct Closed {
     pub releases: u64,
     pub run_epsilon: f64,
     pub epsilon_committed: f64,
+}
+
+/// A closed run's releases, summed with those of every closed run of the same mechanism and
+/// noise multiplier.
+struct Charge {
+    variant: String,
+    mechanism: MechanismKind,
+    noise_multiplier: f64,
+    releases: u64,
+}
+
+/// The runs a node knows. Open runs keep their chains; closed runs keep only their id (so a
+/// late step hears "closed", not "unknown") and their releases folded into `charges`.
+#[derive(Default)]
+pub(crate) struct Runs {
+    open: HashMap<String, Arc<RunState>>,
+    closed: HashMap<String, ClosedBy>,
+    /// Sorted by (variant, noise multiplier), so a node composes the same releases in the same
+    /// order whether they were folded as runs closed or read back at start.
+    charges: Vec<Charge>,
+}
+
+impl Runs {
+    fn charge(&mut self, variant: &str, mechanism: MechanismKind, noise_multiplier: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let cmp = |c: &Charge| {
+            (c.variant.as_str().cmp(variant)).then(c.noise_multiplier.total_cmp(&noise_multiplier))
+        };
+        match self.charges.binary_search_by(cmp) {
+            Ok(i) => self.charges[i].releases += n,
+            Err(i) => self.charges.insert(
+                i,
+                Charge {
+                    variant: variant.to_string(),
+                    mechanism,
+                    noise_multiplier,
+                    releases: n,
+                },
+            ),
+        }
+    }
 }
 
 pub struct PartyNode {
@@ -179,7 +252,8 @@ pub struct PartyNode {
     pub(crate) budget: Budget,
     pub(crate) ledger: Ledger,
     pub(crate) noise: NoiseSource,
-    pub(crate) runs: Mutex<HashMap<String, Arc<RunState>>>,
+    pub(crate) runs: Mutex<Runs>,
+    limits: RunLimits,
     /// Serialises OpenRun and CloseRun so admission sees a consistent total.
     admission: tokio::sync::Mutex<()>,
 }
@@ -222,10 +296,32 @@ impl PartyNode {
                 model.row_dim()
             )));
         }
-        let runs = records
+        // Open runs found at start get a fresh lease: the coordinator may not know yet that
+        // the party is back.
+        let now = Instant::now();
+        let open = records
             .into_iter()
-            .map(|r| Ok((r.run_id.clone(), Arc::new(RunState::from_record(r)?))))
+            .map(|r| Ok((r.run_id.clone(), Arc::new(RunState::from_record(r, now)?))))
             .collect::<Result<_, PartyError>>()?;
+        let ClosedRuns {
+            runs: closed,
+            charges,
+        } = ledger.closed_runs()?;
+        let mut runs = Runs {
+            open,
+            closed,
+            charges: Vec::new(),
+        };
+        for ClosedCharge {
+            variant,
+            noise_multiplier,
+            releases,
+        } in charges
+        {
+            let what = format!("{releases} releases of closed runs");
+            let mechanism = recorded_release(&what, &variant, noise_multiplier, releases)?;
+            runs.charge(&variant, mechanism, noise_multiplier, releases);
+        }
         Ok(PartyNode {
             name,
             model,
@@ -235,17 +331,29 @@ impl PartyNode {
             ledger,
             noise,
             runs: Mutex::new(runs),
+            limits: RunLimits::default(),
             admission: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Everything committed: one release per run that is charged anything, in run-id order
-    /// so that the same runs always compose in the same order.
+    /// The same node under the operator's caps and lease instead of the defaults.
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Everything committed: closed runs' releases aggregated, then one release per open run,
+    /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
         let runs = self.runs.lock().expect("runs lock");
-        let mut charged: Vec<_> = runs.iter().map(|(id, r)| (id, r.charged())).collect();
-        charged.sort_by(|a, b| a.0.cmp(b.0));
-        self.composition(charged.into_iter().map(|(_, r)| r))
+        let closed = runs.charges.iter().map(|c| Release {
+            mechanism: c.mechanism,
+            noise_multiplier: c.noise_multiplier,
+            count: c.releases as f64,
+        });
+        let mut open: Vec<_> = runs.open.iter().map(|(id, r)| (id, r.charged())).collect();
+        open.sort_by(|a, b| a.0.cmp(b.0));
+        self.composition(closed.chain(open.into_iter().map(|(_, r)| r)))
     }
 
     /// Releases under this party's neighbour relation, leaving out empty ones.
@@ -255,14 +363,19 @@ impl PartyNode {
         Composition::new(releases, self.neighbours).expect("checked releases")
     }
 
-    pub fn describe(&self) -> Description {
-        let open_runs = self
-            .runs
+    /// Runs admitted and not closed (a run whose close was cancelled half-way is closed).
+    fn open_runs(&self) -> usize {
+        self.runs
             .lock()
             .expect("runs lock")
+            .open
             .values()
             .filter(|r| !r.closed.load(Ordering::SeqCst))
-            .count() as u32;
+            .count()
+    }
+
+    pub fn describe(&self) -> Description {
+        let open_runs = self.open_runs() as u32;
         let committed = self.committed();
         Description {
             name: self.name.clone(),
@@ -280,13 +393,24 @@ impl PartyNode {
         }
     }
 
+    /// Looks up an open run for a step or a close, renewing its lease; a closed run is
+    /// refused with why it was closed.
     pub(crate) fn run(&self, run_id: &str) -> Result<Arc<RunState>, PartyError> {
-        self.runs
-            .lock()
-            .expect("runs lock")
-            .get(run_id)
-            .cloned()
-            .ok_or_else(|| PartyError::NotFound(format!("no run with id {run_id:?} on this party")))
+        let runs = self.runs.lock().expect("runs lock");
+        if let Some(run) = runs.open.get(run_id) {
+            run.touch(Instant::now());
+            return Ok(Arc::clone(run));
+        }
+        Err(match runs.closed.get(run_id) {
+            Some(ClosedBy::CloseRun) => {
+                PartyError::FailedPrecondition(format!("run {run_id} is closed"))
+            }
+            Some(ClosedBy::Lease { idle_seconds }) => PartyError::FailedPrecondition(format!(
+                "run {run_id} was closed after {idle_seconds} s idle (the party's lease); \
+                 open a new run"
+            )),
+            None => PartyError::NotFound(format!("no run with id {run_id:?} on this party")),
+        })
     }
 
     /// The plan's mechanism and its number of releases, or why it is refused.
@@ -308,9 +432,15 @@ impl PartyNode {
                 plan.variant
             ))
         })?;
-        if plan.chains == 0 || plan.chains > MAX_CHAINS {
-            return Err(PartyError::InvalidArgument(format!(
-                "chains must be between 1 and {MAX_CHAINS}, got {}",
+        if plan.chains == 0 {
+            return Err(PartyError::InvalidArgument(
+                "chains must be at least 1".into(),
+            ));
+        }
+        let max_chains = self.limits.max_chains;
+        if plan.chains > max_chains {
+            return Err(PartyError::BudgetExhausted(format!(
+                "this party serves at most {max_chains} chains per run (max_chains), not {}",
                 plan.chains
             )));
         }
@@ -352,6 +482,14 @@ impl PartyNode {
     pub async fn open_run(&self, plan: Plan, fingerprint: &str) -> Result<Grant, PartyError> {
         let (mechanism, releases) = self.check_plan(&plan, fingerprint)?;
         let _admission = self.admission.lock().await;
+        let max_open_runs = self.limits.max_open_runs;
+        if self.open_runs() >= max_open_runs as usize {
+            return Err(PartyError::BudgetExhausted(format!(
+                "this party holds at most {max_open_runs} open runs (max_open_runs); close one, \
+                 or wait for an idle one's lease ({} s) to end",
+                self.limits.lease_seconds
+            )));
+        }
         let admit = || {
             self.budget.admit(
                 &self.committed(),
@@ -374,16 +512,19 @@ impl PartyNode {
             noise_multiplier: admitted.noise_multiplier,
         };
         self.ledger.open_run(&run_id, &terms).await?;
-        let state = RunState::from_record(RunRecord {
-            run_id: run_id.clone(),
-            last: vec![None; terms.chains as usize],
-            terms,
-            closed: false,
-            released: 0,
-        })?;
+        let state = RunState::from_record(
+            RunRecord {
+                run_id: run_id.clone(),
+                last: vec![None; terms.chains as usize],
+                terms,
+                released: 0,
+            },
+            Instant::now(),
+        )?;
         self.runs
             .lock()
             .expect("runs lock")
+            .open
             .insert(run_id.clone(), Arc::new(state));
         tracing::info!(
             party = %self.name, %run_id, releases, tau = admitted.tau,
@@ -397,6 +538,7 @@ impl PartyNode {
             releases,
             run_epsilon: admitted.run_epsilon,
             epsilon_committed: admitted.epsilon_committed,
+            lease: self.limits.lease(),
         })
     }
 
@@ -404,22 +546,99 @@ impl PartyNode {
     pub async fn close_run(&self, run_id: &str) -> Result<Closed, PartyError> {
         let _admission = self.admission.lock().await;
         let run = self.run(run_id)?;
-        if run.closed.load(Ordering::SeqCst) {
-            return Err(PartyError::FailedPrecondition(format!(
-                "run {run_id} is already closed"
-            )));
+        self.close(run_id, run, ClosedBy::CloseRun).await
+    }
+
+    /// Closes every open run that has seen no step for longer than the lease at `now`,
+    /// charging what each released, as CloseRun would. Returns the ids closed. The lease
+    /// keeper calls this with the clock; tests may pass a later instant.
+    pub async fn close_idle_runs(&self, now: Instant) -> Result<Vec<String>, PartyError> {
+        let _admission = self.admission.lock().await;
+        let lease = self.limits.lease();
+        let idle = |run: &RunState| now.saturating_duration_since(run.idle_since()) > lease;
+        let expired: Vec<_> = self
+            .runs
+            .lock()
+            .expect("runs lock")
+            .open
+            .iter()
+            .filter(|(_, run)| idle(run) && !run.closed.load(Ordering::SeqCst))
+            .map(|(id, run)| (id.clone(), Arc::clone(run)))
+            .collect();
+        let by = ClosedBy::Lease {
+            idle_seconds: self.limits.lease_seconds,
+        };
+        let mut closed = Vec::with_capacity(expired.len());
+        for (run_id, run) in expired {
+            // A step may have renewed the lease since the list was made.
+            if idle(&run) {
+                self.close(&run_id, run, by).await?;
+                closed.push(run_id);
+            }
         }
-        self.ledger.close_run(run_id).await?;
-        run.closed.store(true, Ordering::SeqCst);
+        Ok(closed)
+    }
+
+    /// Runs for as long as the node lives, closing idle runs a few times per lease. Holds the
+    /// node weakly, so that dropping the node (and releasing its ledger) ends it.
+    pub async fn keep_leases(node: Weak<PartyNode>) {
+        let Some(period) = node.upgrade().map(|n| n.limits.lease() / 4) else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            match node.close_idle_runs(Instant::now()).await {
+                Ok(ids) => {
+                    for run_id in ids {
+                        tracing::info!(party = %node.name, %run_id, "idle run closed by its lease");
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(party = %node.name, error = %e, "closing idle runs failed")
+                }
+            }
+        }
+    }
+
+    /// Commits the close, waits for releases in flight, then folds the run into the closed
+    /// runs' aggregate charge. The caller holds the admission lock. A close cancelled while
+    /// it waited (its caller went away) is committed already: a second close finishes it.
+    async fn close(
+        &self,
+        run_id: &str,
+        run: Arc<RunState>,
+        by: ClosedBy,
+    ) -> Result<Closed, PartyError> {
+        if !run.closed.load(Ordering::SeqCst) {
+            self.ledger.close_run(run_id, by).await?;
+            run.closed.store(true, Ordering::SeqCst);
+        }
         // Wait for releases in flight so the count below is final.
         for chain in &run.chains {
             drop(chain.lock().await);
         }
         let releases = run.released.load(Ordering::SeqCst);
-        tracing::info!(party = %self.name, %run_id, releases, "run closed");
+        let charged = run.charged();
+        {
+            let mut runs = self.runs.lock().expect("runs lock");
+            runs.open.remove(run_id);
+            runs.closed.insert(run_id.to_string(), by);
+            runs.charge(
+                &run.terms.variant,
+                run.mechanism,
+                run.terms.noise_multiplier,
+                releases,
+            );
+        }
+        tracing::info!(party = %self.name, %run_id, releases, ?by, "run closed");
         Ok(Closed {
             releases,
-            run_epsilon: self.budget.epsilon_of(&self.composition([run.charged()])),
+            run_epsilon: self.budget.epsilon_of(&self.composition([charged])),
             epsilon_committed: self.budget.epsilon_of(&self.committed()),
         })
     }

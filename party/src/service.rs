@@ -178,6 +178,7 @@ impl Party for PartyService {
             releases: grant.releases,
             run_epsilon: grant.run_epsilon,
             epsilon_committed: grant.epsilon_committed,
+            lease_seconds: grant.lease.as_secs(),
             budget: Some(pb::PrivacyBudget {
                 epsilon: d.epsilon,
                 delta: d.delta,

@@ -6,16 +6,16 @@ use std::time::Instant;
 use fedmcmc_common::accountant::{
     Choice, Composition, GaussianComposition, MechanismKind, Release, max_mu, mu_per_release,
 };
-use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::{Budget, NoiseRequest};
 use fedmcmc_party::config::BudgetConfig;
 use fedmcmc_party::error::PartyError;
 use fedmcmc_party::ledger::Ledger;
-use fedmcmc_party::node::{FULL_PENALTY, Grant, Plan};
 use fedmcmc_party::release::StepKey;
-use rand::SeedableRng;
+use support::{banana_party, open};
+
+mod support;
 
 const ROWS: usize = 2_000;
 const EPSILON: f64 = 1.0;
@@ -23,47 +23,13 @@ const DELTA: f64 = 1e-6;
 
 /// A party over a fixed simulated data set with an in-memory ledger.
 fn party(accountant: &str) -> (PartyNode, String) {
-    let spec = ModelSpec::flat_banana(2);
-    let model = spec.build().unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-    let data = model.simulate(&spec.true_theta(), ROWS, &mut rng);
     let budget = Budget::new(BudgetConfig {
         epsilon: EPSILON,
         delta: DELTA,
         accountant: accountant.parse().unwrap(),
     })
     .unwrap();
-    let fingerprint = model.fingerprint();
-    let node = PartyNode::new(
-        "alpha".into(),
-        model,
-        data,
-        Neighbours::Substitute,
-        budget,
-        (Ledger::in_memory().unwrap(), Vec::new()),
-    )
-    .unwrap();
-    (node, fingerprint)
-}
-
-async fn open(
-    node: &PartyNode,
-    fingerprint: &str,
-    chains: u32,
-    steps: u64,
-    noise: NoiseRequest,
-) -> Result<Grant, PartyError> {
-    node.open_run(
-        Plan {
-            variant: FULL_PENALTY.into(),
-            chains,
-            steps_per_chain: steps,
-            clip: 2.0,
-            noise,
-        },
-        fingerprint,
-    )
-    .await
+    banana_party(ROWS, budget, (Ledger::in_memory().unwrap(), Vec::new()))
 }
 
 /// τ at which `count` releases take `share` of the whole μ budget.

@@ -48,6 +48,7 @@ fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
             table: "rows".into(),
         },
         model: spec,
+        limits: Default::default(),
     }
 }
 
@@ -62,6 +63,10 @@ impl Running {
     async fn start(config: &PartyConfig) -> Running {
         let opened = fedmcmc_party::open(config).unwrap();
         let fingerprint = opened.node.describe().model_fingerprint;
+        // As `party serve` does: idle runs are closed while the node lives.
+        tokio::spawn(fedmcmc_party::PartyNode::keep_leases(
+            std::sync::Arc::downgrade(&opened.node),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -533,5 +538,69 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
+    party.stop().await;
+}
+
+/// A coordinator that vanishes leaves its run open: the lease keeper closes it once it has
+/// been idle for the lease, charging the one release made, and a late step is told so.
+#[tokio::test]
+async fn the_lease_keeper_closes_an_abandoned_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = party_dir(dir.path(), 1.0, 1e-6);
+    config.limits.lease_seconds = 1;
+    let party = Running::start(&config).await;
+    let mut c = party.client().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 20, tau(0.5)))
+        .await
+        .unwrap();
+    assert_eq!(grant.lease_seconds, 1);
+    llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap();
+    // Wait for the keeper (it checks four times per lease); the bound only stops a hang.
+    let mut d = c
+        .describe(pb::DescribeRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..300 {
+        if d.open_runs == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        d = c
+            .describe(pb::DescribeRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+    }
+    assert_eq!(d.open_runs, 0, "the idle run was not closed");
+    let one = fedmcmc_party::budget::Budget::new(config.budget)
+        .unwrap()
+        .epsilon_of(
+            &fedmcmc_common::accountant::Composition::new(
+                vec![fedmcmc_common::accountant::Release {
+                    mechanism: fedmcmc_common::accountant::MechanismKind::Gaussian,
+                    noise_multiplier: grant.noise_multiplier,
+                    count: 1.0,
+                }],
+                Neighbours::Substitute,
+            )
+            .unwrap(),
+        );
+    assert!(
+        (d.epsilon_committed / one - 1.0).abs() < 1e-12,
+        "{} vs {one}",
+        d.epsilon_committed
+    );
+    let err = llr(&mut c, &grant.run_id, 0, 1, TH.to_vec(), PROP.to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("was closed after 1 s idle"),
+        "{}",
+        err.message()
+    );
     party.stop().await;
 }

@@ -186,6 +186,7 @@ impl PartyHandle for GrpcParty {
             releases: g.releases,
             run_epsilon: g.run_epsilon,
             epsilon_committed: g.epsilon_committed,
+            lease: std::time::Duration::from_secs(g.lease_seconds),
         })
     }
 

@@ -1,0 +1,116 @@
+//! Operating a party: one process per ledger (a second `party serve` on a ledger in use stops
+//! at once, naming it, however the path reaches the file, and the first keeps serving), and
+//! token files readable by their owner only.
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use fedmcmc_system_tests::{PartyProcess, bin};
+
+/// A party directory with a few CSV rows whose config names `ledger` (relative to `dir`); its
+/// token file is readable by everyone.
+fn party_dir(dir: &Path, ledger: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("rows.csv"), "x1,x2\n0.1,3.0\n0.2,2.9\n-0.1,3.1\n").unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "a-token-of-enough-length\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(
+        dir.join("party.toml"),
+        format!(
+            "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"{ledger}\"\nauth_token_file = \"token\"\n\
+             [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
+             [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
+             [model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// Runs `party serve` to completion (it is expected to stop at once): success and stderr.
+fn serve_to_end(config: &Path) -> (bool, String) {
+    let out = Command::new(bin("party"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .output()
+        .expect("run party");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_second_party_on_a_ledger_in_use_is_refused_and_the_first_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_dir = dir.path().join("first");
+    party_dir(&first_dir, "ledger.sqlite");
+    let ledger = first_dir.join("ledger.sqlite");
+    let mut first = PartyProcess::start(&first_dir.join("party.toml"));
+
+    // The same party.toml again, and another directory reaching the ledger by a symlink.
+    let other_dir = dir.path().join("other");
+    party_dir(&other_dir, "linked.sqlite");
+    std::os::unix::fs::symlink(&ledger, other_dir.join("linked.sqlite")).unwrap();
+    for (config, named) in [
+        (first_dir.join("party.toml"), ledger.clone()),
+        (
+            other_dir.join("party.toml"),
+            other_dir.join("linked.sqlite"),
+        ),
+    ] {
+        let (ok, stderr) = serve_to_end(&config);
+        assert!(!ok, "a second party started on {}", named.display());
+        assert!(
+            stderr.contains(&format!(
+                "ledger {} is in use by another process; a ledger belongs to one party at a time",
+                named.display()
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("the token file is readable by group or others"),
+            "{stderr}"
+        );
+    }
+
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "the first party stopped"
+    );
+    TcpStream::connect(first.addr).expect("the first party still accepts connections");
+
+    // Once the owner is gone, the ledger can be served again.
+    first.kill();
+    let second = PartyProcess::start(&other_dir.join("party.toml"));
+    TcpStream::connect(second.addr).expect("the second party serves");
+}
+
+/// `coordinator simulate` writes each party's token readable by its owner only.
+#[test]
+fn simulated_parties_tokens_are_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let status = Command::new(bin("coordinator"))
+        .args([
+            "simulate",
+            "--rows",
+            "600",
+            "--parties",
+            "2",
+            "--chains",
+            "1",
+        ])
+        .args(["--iterations", "20", "--epsilon", "50", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run coordinator")
+        .status;
+    assert!(status.success());
+    for i in 1..=2 {
+        let token = out.join(format!("parties/party-{i}/token"));
+        let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", token.display());
+    }
+}
