@@ -532,6 +532,21 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
     assert!(matches!(&got[3], R::Contribution(c) if !c.replayed));
     assert!(matches!(&got[4], R::Refusal(r) if r.code == Code::FailedPrecondition as i32));
 
+    // An oversize message ends a stream with RESOURCE_EXHAUSTED, as it fails a unary call.
+    let huge = vec![0.5; 100_000];
+    let oversize = pb::LogLikRatioRequest {
+        theta: huge.clone(),
+        theta_proposed: huge,
+        ..req(2, Vec::new())
+    };
+    let mut replies = c
+        .log_lik_ratio_stream(futures::stream::iter(vec![oversize]))
+        .await
+        .unwrap()
+        .into_inner();
+    let err = replies.message().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
+
     let mut anon = party.client_with(None).await;
     let err = anon
         .log_lik_ratio_stream(futures::stream::iter(vec![req(2, TH.to_vec())]))
