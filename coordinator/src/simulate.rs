@@ -89,7 +89,7 @@ pub struct SimulateArgs {
     /// Number of chains [default: 4].
     #[arg(long)]
     pub chains: Option<u32>,
-    /// Per-row clip: |ℓ(x|θ′) − ℓ(x|θ)| ≤ clip·‖θ′ − θ‖ [default: 2].
+    /// Per-row clip on the untempered ratio: |ℓ(x|θ′) − ℓ(x|θ)| ≤ clip·‖θ′ − θ‖ [default: 2].
     #[arg(long)]
     pub clip: Option<f64>,
     /// Initial random-walk sd [default: 0.008].

@@ -162,6 +162,10 @@ impl Model for Banana {
         ))
     }
 
+    fn temperature(&self) -> f64 {
+        self.temperature
+    }
+
     /// Ban(0, σ0² I, a, b, m): N(0, σ0² I) at g⁻¹(θ), Jacobian 1 (Räisä 2020, Thm 5.2 proof).
     fn log_prior(&self, theta: &[f64]) -> f64 {
         let d = self.dim();

@@ -127,6 +127,10 @@ impl Model for Gaussian {
         ))
     }
 
+    fn temperature(&self) -> f64 {
+        self.temperature
+    }
+
     fn log_prior(&self, theta: &[f64]) -> f64 {
         let ss: f64 = theta
             .iter()

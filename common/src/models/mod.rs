@@ -32,6 +32,8 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// is not, since parties never evaluate it). Parties and coordinator compare it to check
     /// that they compute the same likelihood.
     fn fingerprint(&self) -> String;
+    /// The tempering T of the likelihood (1 for the plain posterior).
+    fn temperature(&self) -> f64;
     fn log_prior(&self, theta: &[f64]) -> f64;
     /// ∇ ln p(θ), written into `out` (overwritten, length `dim`).
     fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]);
@@ -40,6 +42,8 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// ∇_θ T · ln p(x|θ), written into `out` (overwritten, length `dim`).
     fn grad_log_lik_row(&self, theta: &[f64], row: &[f64], out: &mut [f64]);
     /// The party's hot loop: Σ_x clip(T·ℓ(x|θ′) − T·ℓ(x|θ), ±bound) over all rows of `data`.
+    /// `bound` applies to the tempered term: a clip b on the untempered ratio is `T·b` here,
+    /// since clip(T·r, T·b) = T·clip(r, b).
     /// Panics if `data` has the wrong number of columns (validate data when loading it).
     fn clipped_llr_sum(
         &self,
