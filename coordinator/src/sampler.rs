@@ -15,7 +15,7 @@ use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::federation::{Federation, FederationError, PartyHandle};
+use crate::federation::{Federation, FederationError, PartyHandle, Query};
 use crate::interrupt::Stop;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -200,8 +200,12 @@ async fn run_chain<P: PartyHandle>(
         }
         walk.propose(&theta, &mut prop, &mut rng);
         let log_prior_prop = model.log_prior(&prop);
+        let query = Query::LogLikRatio {
+            theta: &theta,
+            theta_proposed: &prop,
+        };
         let answer = federation
-            .log_lik_ratio(chain, step, &theta, &prop)
+            .step(chain, step, query)
             .await
             .map_err(|source| {
                 halt.failed.store(true, Ordering::SeqCst);
@@ -212,7 +216,7 @@ async fn run_chain<P: PartyHandle>(
                 }
             })?;
         let log_ratio = PenaltyTerms {
-            noisy_log_lik_ratio: answer.value,
+            noisy_log_lik_ratio: answer.value[0],
             noise_variance: answer.noise_variance,
             log_prior_ratio: log_prior_prop - log_prior,
             log_proposal_ratio: 0.0,

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{
-    Answer, CallError, CallErrorKind, Closed, Federation, Grant, PartyHandle, PartyInfo, RunPlan,
+    CallError, CallErrorKind, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo,
+    Query, RunPlan,
 };
 use fedmcmc_coordinator::interrupt::{Signal, Stop};
 use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings};
@@ -38,21 +39,20 @@ impl PartyHandle for Counted {
         PartyHandle::open_run(&self.node, plan, fingerprint).await
     }
 
-    async fn log_lik_ratio(
+    async fn step(
         &self,
         run_id: &str,
         chain: u32,
         step: u64,
-        theta: &[f64],
-        theta_prop: &[f64],
-    ) -> Result<Answer, CallError> {
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
         if self.fail_first && (chain, step) == (0, 0) {
             return Err(CallError {
                 kind: CallErrorKind::Unavailable,
                 message: "injected failure".into(),
             });
         }
-        PartyHandle::log_lik_ratio(&self.node, run_id, chain, step, theta, theta_prop).await
+        PartyHandle::step(&self.node, run_id, chain, step, query).await
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {

@@ -4,7 +4,8 @@
 //! - `store`: loading and validating the private rows (SQLite or CSV).
 //! - `ledger`: the durable record of every reservation and release.
 //! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan.
-//! - `node`: the run lifecycle; `release`: the one path by which anything leaves.
+//! - `node`: the run lifecycle; `release`: the one path by which anything leaves;
+//!   `statistics`: what each kind of query computes from the rows.
 //! - `service`: the gRPC mapping and authentication.
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ pub mod ledger;
 pub mod node;
 pub mod release;
 pub mod service;
+pub mod statistics;
 pub mod store;
 
 pub use node::PartyNode;

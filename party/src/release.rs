@@ -10,35 +10,36 @@
 //!
 //! [`PartyNode::release`] enforces it by its structure, in two phases:
 //!
-//! 1. **Public checks, which may refuse.** The run, the chain, the step's order or replay, a
-//!    closed run, the steps left; then the query's [`Bound`] (per-row bound b, sensitivity Δ,
-//!    cap on the statistic's magnitude), computed by a closure that is given no rows; then
+//! 1. **Public checks, which may refuse.** The query's parameters, the run, the chain, the
+//!    step's order or replay, a closed run, the steps left; then the query's [`Bound`] (per-row
+//!    bound b, sensitivity Δ, cap on the statistic's magnitude) from
+//!    [`Statistic::bound`], which is given no rows; then
 //!    [`Calibration::check`]: b finite, the statistic's cap (n·b for a sum) at most
 //!    [`MAX_STATISTIC`], the noise variance σ² = (sΔ)² at most [`MAX_NOISE_VARIANCE`], and, for
 //!    b > 0, not underflowing (a subnormal noise std would add almost no noise).
-//! 2. **The rows, which cannot refuse.** The statistic is a closure from the rows to a vector:
-//!    it returns values, not a `Result`. Each row's term is clipped by the fixed rule of
+//! 2. **The rows, which cannot refuse.** [`Statistic::compute`] maps the rows to a vector: it
+//!    returns values, not a `Result`. Each row's term is clipped by the fixed rule of
 //!    [`fedmcmc_common::clip::clip`] (±∞ → ±b, NaN → −b), so every term lies in [−b, b]
 //!    whatever the row holds; the sensitivity argument holds unchanged and the sum of n terms
 //!    is finite because n·b is. Gaussian noise from the OS-seeded CSPRNG follows (finite: σ
 //!    is at most 1e150), the release is charged to the ledger durably, and only then answered.
 //!    Whether the ledger commit fails does not depend on the rows either.
 //!
-//! Every release path (the log-likelihood ratio here; minibatch, gradient and sufficient-
-//! statistics queries to come) goes through [`PartyNode::release`] and is tested by the
-//! neighbouring-rows harness in `party/tests/contract/`.
+//! Every query ([`PartyNode::step`]; the statistics are in `statistics/`: the log-likelihood
+//! ratio now, minibatch, gradient and sufficient-statistics queries to come) goes through
+//! [`PartyNode::release`] and is tested by the neighbouring-rows harness in
+//! `party/tests/contract/`.
 //!
 //! A retry of the last (run, chain, step) with bit-identical inputs gets the stored answer,
 //! charged once; fresh noise for a repeated query would let a caller average it away.
 use std::sync::atomic::Ordering;
 
-use fedmcmc_common::clip;
-use fedmcmc_common::data::Columns;
 use fedmcmc_common::mechanism::GaussianMechanism;
 
 use crate::error::PartyError;
 use crate::ledger::ReleaseRecord;
-use crate::node::{ChainState, PartyNode, RunState};
+use crate::node::{ChainState, PartyNode};
+use crate::statistics::{LogLikRatio, Public, Query, Statistic};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
 /// 1.8e308, so the value, its noise and the coordinator's sum over parties stay finite.
@@ -136,65 +137,30 @@ fn at_most(x: f64, cap: f64) -> bool {
 const GAUSSIAN: &str = "gaussian";
 
 impl PartyNode {
-    /// Noisy clipped Σ_x [ℓ(x|θ′) − ℓ(x|θ)] for the full-data DP penalty (Yıldırım & Ermiş
-    /// 2019, Alg. 2: each party releases its own noisy term; Räisä 2020, Thm 3.2 for its cost).
-    pub async fn log_lik_ratio(
+    /// Answers one step's query: the one entry point of every release (the contract above).
+    pub async fn step(
         &self,
         key: &StepKey<'_>,
-        theta: &[f64],
-        theta_prop: &[f64],
+        query: Query<'_>,
     ) -> Result<Contribution, PartyError> {
-        self.check_theta("theta", theta)?;
-        self.check_theta("theta_proposed", theta_prop)?;
-        let inputs: Vec<f64> = theta.iter().chain(theta_prop).copied().collect();
-        let n = self.data.n() as f64;
-        let temperature = self.model.temperature();
-        let bound = |run: &RunState| {
-            // Per-row Lipschitz clip (Räisä 2020, Sec. 3.1) on the untempered ratio, as the
-            // thesis does (Lemma 3.4), so its published clip values transfer: the release is
-            // T·Σ clip(r_x, b) = Σ clip(T·r_x, T·b), with sensitivity T times the untempered one.
-            let row = temperature * clip::row_bound(run.terms.clip, theta, theta_prop);
-            Bound {
-                row,
-                sensitivity: self.neighbours.clipped_sum_sensitivity(row),
-                statistic: n * row,
+        match query {
+            Query::LogLikRatio {
+                theta,
+                theta_proposed,
+            } => {
+                let statistic = LogLikRatio::new(self.model.as_ref(), theta, theta_proposed)?;
+                self.release(key, query.inputs(), &statistic).await
             }
-        };
-        let statistic = |rows: &Columns, b: &Bound| {
-            vec![
-                self.model
-                    .clipped_llr_sum(rows, theta, theta_prop, b.row)
-                    .sum,
-            ]
-        };
-        self.release(key, inputs, bound, statistic).await
+        }
     }
 
-    fn check_theta(&self, what: &str, theta: &[f64]) -> Result<(), PartyError> {
-        let d = self.model.dim();
-        if theta.len() != d {
-            return Err(PartyError::InvalidArgument(format!(
-                "{what} has {} entries; this party's model has dimension {d}",
-                theta.len()
-            )));
-        }
-        if let Some((i, v)) = theta.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(PartyError::InvalidArgument(format!(
-                "{what}[{i}] is {v}; every entry must be finite"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The contract of the module doc. `bound` and `statistic` describe the query: `bound`
-    /// sees the run's public terms only, `statistic` the rows, and runs only for a fresh step
-    /// that passed every check.
+    /// The contract of the module doc: `statistic.bound` sees public facts only, and
+    /// `statistic.compute` the rows, only for a fresh step that passed every check.
     async fn release(
         &self,
         key: &StepKey<'_>,
         inputs: Vec<f64>,
-        bound: impl FnOnce(&RunState) -> Bound,
-        statistic: impl FnOnce(&Columns, &Bound) -> Vec<f64>,
+        statistic: &impl Statistic,
     ) -> Result<Contribution, PartyError> {
         // Phase 1: public checks, the only place a step is refused.
         let run = self.run(key.run_id)?;
@@ -222,10 +188,16 @@ impl PartyNode {
                 key.run_id, run.terms.steps_per_chain, key.chain
             )));
         }
-        let calibration = Calibration::check(bound(&run), run.terms.noise_multiplier)?;
+        let public = Public {
+            model: self.model.as_ref(),
+            rows: self.data.n(),
+            neighbours: self.neighbours,
+            clip: run.terms.clip,
+        };
+        let calibration = Calibration::check(statistic.bound(&public), run.terms.noise_multiplier)?;
 
         // Phase 2: the rows. Nothing below refuses on their account.
-        let exact = statistic(&self.data, &calibration.bound);
+        let exact = statistic.compute(self.model.as_ref(), &self.data, &calibration.bound);
         debug_assert!(
             // Slack for the rounding of a long sum.
             exact
@@ -302,6 +274,8 @@ fn replay(
 mod tests {
     use std::sync::Arc;
 
+    use fedmcmc_common::clip;
+    use fedmcmc_common::data::Columns;
     use fedmcmc_common::models::ModelSpec;
     use fedmcmc_common::neighbours::Neighbours;
     use rand::SeedableRng;
@@ -387,7 +361,11 @@ mod tests {
                 chain: 0,
                 step,
             };
-            let c = node.log_lik_ratio(&key, &theta, &prop).await.unwrap();
+            let query = Query::LogLikRatio {
+                theta: &theta,
+                theta_proposed: &prop,
+            };
+            let c = node.step(&key, query).await.unwrap();
             assert!((c.noise_variance - expected_var).abs() <= 1e-12 * expected_var);
             values.push(c.value[0]);
         }

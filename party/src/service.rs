@@ -19,6 +19,7 @@ use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::node::{FULL_PENALTY, PartyNode, Plan};
 use crate::release::StepKey;
+use crate::statistics::Query;
 
 pub const PROTOCOL_VERSION: &str = "fedmcmc.v1";
 
@@ -81,15 +82,21 @@ fn step_key(key: Option<&pb::StepKey>) -> Result<StepKey<'_>, Status> {
     })
 }
 
-/// One log-likelihood-ratio query, shared by the unary and the streamed call.
-async fn log_lik_ratio(
-    node: &PartyNode,
-    req: pb::LogLikRatioRequest,
-) -> Result<pb::Contribution, Status> {
+/// One step, shared by the unary and the streamed call.
+async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution, Status> {
     let key = step_key(req.key.as_ref())?;
-    let c = node
-        .log_lik_ratio(&key, &req.theta, &req.theta_proposed)
-        .await?;
+    let query = match &req.query {
+        Some(pb::step_request::Query::LogLikRatio(q)) => Query::LogLikRatio {
+            theta: &q.theta,
+            theta_proposed: &q.theta_proposed,
+        },
+        None => {
+            return Err(Status::invalid_argument(
+                "the step request carries no query",
+            ));
+        }
+    };
+    let c = node.step(&key, query).await?;
     Ok(pb::Contribution {
         value: c.value,
         noise_variance: c.noise_variance,
@@ -101,7 +108,7 @@ type ReplyStream = Pin<Box<dyn Stream<Item = Result<pb::StepReply, Status>> + Se
 
 #[tonic::async_trait]
 impl Party for PartyService {
-    type LogLikRatioStreamStream = ReplyStream;
+    type StepStreamStream = ReplyStream;
 
     async fn describe(
         &self,
@@ -186,18 +193,16 @@ impl Party for PartyService {
         }))
     }
 
-    async fn log_lik_ratio(
+    async fn step(
         &self,
-        request: Request<pb::LogLikRatioRequest>,
+        request: Request<pb::StepRequest>,
     ) -> Result<Response<pb::Contribution>, Status> {
-        Ok(Response::new(
-            log_lik_ratio(&self.node, request.into_inner()).await?,
-        ))
+        Ok(Response::new(step(&self.node, request.into_inner()).await?))
     }
 
-    async fn log_lik_ratio_stream(
+    async fn step_stream(
         &self,
-        request: Request<Streaming<pb::LogLikRatioRequest>>,
+        request: Request<Streaming<pb::StepRequest>>,
     ) -> Result<Response<ReplyStream>, Status> {
         let state = Some((Arc::clone(&self.node), request.into_inner()));
         // Requests are answered one at a time, in order; a transport error ends the stream.
@@ -205,7 +210,7 @@ impl Party for PartyService {
             let (node, mut inbound) = state?;
             match inbound.message().await {
                 Ok(Some(req)) => {
-                    let result = match log_lik_ratio(&node, req).await {
+                    let result = match step(&node, req).await {
                         Ok(c) => pb::step_reply::Result::Contribution(c),
                         Err(s) => pb::step_reply::Result::Refusal(pb::Refusal {
                             code: s.code() as i32,

@@ -13,6 +13,7 @@ use fedmcmc_party::config::BudgetConfig;
 use fedmcmc_party::error::PartyError;
 use fedmcmc_party::ledger::Ledger;
 use fedmcmc_party::release::StepKey;
+use fedmcmc_party::statistics::Query;
 use support::{banana_party, open};
 
 mod support;
@@ -55,9 +56,11 @@ async fn three_prior_runs(node: &PartyNode, fingerprint: &str) -> Vec<(f64, f64)
             chain: 0,
             step,
         };
-        node.log_lik_ratio(&key, &[0.0, 3.0], &[0.01, 2.99])
-            .await
-            .unwrap();
+        let query = Query::LogLikRatio {
+            theta: &[0.0, 3.0],
+            theta_proposed: &[0.01, 2.99],
+        };
+        node.step(&key, query).await.unwrap();
     }
     assert_eq!(node.close_run(&closed.run_id).await.unwrap().releases, 3);
     let b = open(

@@ -154,6 +154,27 @@ async fn open(
         .map(|r| r.into_inner())
 }
 
+/// A log-likelihood-ratio step request.
+fn step_request(
+    run_id: &str,
+    chain: u32,
+    step: u64,
+    theta: Vec<f64>,
+    theta_proposed: Vec<f64>,
+) -> pb::StepRequest {
+    pb::StepRequest {
+        key: Some(pb::StepKey {
+            run_id: run_id.into(),
+            chain,
+            step,
+        }),
+        query: Some(pb::step_request::Query::LogLikRatio(pb::LogLikRatioQuery {
+            theta,
+            theta_proposed,
+        })),
+    }
+}
+
 async fn llr(
     client: &mut Client,
     run_id: &str,
@@ -163,15 +184,7 @@ async fn llr(
     prop: Vec<f64>,
 ) -> Result<pb::Contribution, tonic::Status> {
     client
-        .log_lik_ratio(pb::LogLikRatioRequest {
-            key: Some(pb::StepKey {
-                run_id: run_id.into(),
-                chain,
-                step,
-            }),
-            theta,
-            theta_proposed: prop,
-        })
+        .step(step_request(run_id, chain, step, theta, prop))
         .await
         .map(|r| r.into_inner())
 }
@@ -496,15 +509,8 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
     let grant = open(&mut c, &party.fingerprint, plan(1, 5, tau(0.5)))
         .await
         .unwrap();
-    let req = |step: u64, theta: Vec<f64>| pb::LogLikRatioRequest {
-        key: Some(pb::StepKey {
-            run_id: grant.run_id.clone(),
-            chain: 0,
-            step,
-        }),
-        theta,
-        theta_proposed: PROP.to_vec(),
-    };
+    let req =
+        |step: u64, theta: Vec<f64>| step_request(&grant.run_id, 0, step, theta, PROP.to_vec());
     let requests = vec![
         req(0, TH.to_vec()),
         req(1, vec![f64::NAN, 3.0]),
@@ -513,7 +519,7 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
         req(3, TH.to_vec()),
     ];
     let mut replies = c
-        .log_lik_ratio_stream(futures::stream::iter(requests))
+        .step_stream(futures::stream::iter(requests))
         .await
         .unwrap()
         .into_inner();
@@ -534,13 +540,9 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
 
     // An oversize message ends a stream with RESOURCE_EXHAUSTED, as it fails a unary call.
     let huge = vec![0.5; 100_000];
-    let oversize = pb::LogLikRatioRequest {
-        theta: huge.clone(),
-        theta_proposed: huge,
-        ..req(2, Vec::new())
-    };
+    let oversize = step_request(&grant.run_id, 0, 2, huge.clone(), huge);
     let mut replies = c
-        .log_lik_ratio_stream(futures::stream::iter(vec![oversize]))
+        .step_stream(futures::stream::iter(vec![oversize]))
         .await
         .unwrap()
         .into_inner();
@@ -549,7 +551,7 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
 
     let mut anon = party.client_with(None).await;
     let err = anon
-        .log_lik_ratio_stream(futures::stream::iter(vec![req(2, TH.to_vec())]))
+        .step_stream(futures::stream::iter(vec![req(2, TH.to_vec())]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);

@@ -14,6 +14,7 @@ use fedmcmc_party::error::PartyError;
 use fedmcmc_party::ledger::Ledger;
 use fedmcmc_party::node::Grant;
 use fedmcmc_party::release::StepKey;
+use fedmcmc_party::statistics::Query;
 use support::{banana_party, open};
 
 mod support;
@@ -45,7 +46,11 @@ async fn step(node: &PartyNode, run_id: &str, chain: u32, step: u64) -> Result<b
         chain,
         step,
     };
-    Ok(node.log_lik_ratio(&key, &TH, &PROP).await?.replayed)
+    let query = Query::LogLikRatio {
+        theta: &TH,
+        theta_proposed: &PROP,
+    };
+    Ok(node.step(&key, query).await?.replayed)
 }
 
 /// ε at the party's δ of Gaussian releases given as (count, noise multiplier).

@@ -1,6 +1,6 @@
 //! Parties over gRPC: the generated client, a bearer token, retries of idempotent steps.
 //!
-//! Steps travel on one long-lived stream per chain (`LogLikRatioStream`), which skips the
+//! Steps travel on one long-lived stream per chain (`StepStream`), which skips the
 //! per-call setup of a unary call; a broken stream is reopened and the same step resent.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::{
-    Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan,
+    CallError, CallErrorKind, Closed, Contribution, Grant, NoiseChoice, PartyHandle, PartyInfo,
+    Query, RunPlan,
 };
 
 /// Adds `authorization: Bearer <token>` to every call.
@@ -36,7 +37,7 @@ type Client = PartyClient<InterceptedService<Channel, Bearer>>;
 
 /// An open step stream: requests go in through `requests`, replies come back in order.
 struct StepStream {
-    requests: mpsc::Sender<pb::LogLikRatioRequest>,
+    requests: mpsc::Sender<pb::StepRequest>,
     replies: tonic::Streaming<pb::StepReply>,
 }
 
@@ -86,14 +87,14 @@ impl GrpcParty {
     async fn exchange(
         &self,
         slot: &mut Option<StepStream>,
-        request: pb::LogLikRatioRequest,
+        request: pb::StepRequest,
     ) -> Result<pb::StepReply, Status> {
         if slot.is_none() {
             let (requests, inbound) = mpsc::channel(1);
             let replies = self
                 .client
                 .clone()
-                .log_lik_ratio_stream(ReceiverStream::new(inbound))
+                .step_stream(ReceiverStream::new(inbound))
                 .await?
                 .into_inner();
             *slot = Some(StepStream { requests, replies });
@@ -190,22 +191,28 @@ impl PartyHandle for GrpcParty {
         })
     }
 
-    async fn log_lik_ratio(
+    async fn step(
         &self,
         run_id: &str,
         chain: u32,
         step: u64,
-        theta: &[f64],
-        theta_prop: &[f64],
-    ) -> Result<Answer, CallError> {
-        let request = pb::LogLikRatioRequest {
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
+        let request = pb::StepRequest {
             key: Some(pb::StepKey {
                 run_id: run_id.to_string(),
                 chain,
                 step,
             }),
-            theta: theta.to_vec(),
-            theta_proposed: theta_prop.to_vec(),
+            query: Some(match query {
+                Query::LogLikRatio {
+                    theta,
+                    theta_proposed,
+                } => pb::step_request::Query::LogLikRatio(pb::LogLikRatioQuery {
+                    theta: theta.to_vec(),
+                    theta_proposed: theta_proposed.to_vec(),
+                }),
+            }),
         };
         let slot = self.slot(chain);
         let mut stream = slot.lock().await;
@@ -233,23 +240,20 @@ impl PartyHandle for GrpcParty {
                 });
             }
         };
-        let value = match c.value.as_slice() {
-            [v] if v.is_finite() => *v,
-            _ => {
-                return Err(CallError {
-                    kind: CallErrorKind::Other,
-                    message: format!("malformed contribution {:?}", c.value),
-                });
-            }
-        };
+        if c.value.len() != query.released_len() || !c.value.iter().all(|v| v.is_finite()) {
+            return Err(CallError {
+                kind: CallErrorKind::Other,
+                message: format!("malformed contribution {:?}", c.value),
+            });
+        }
         if !(c.noise_variance.is_finite() && c.noise_variance >= 0.0) {
             return Err(CallError {
                 kind: CallErrorKind::Other,
                 message: format!("malformed noise variance {}", c.noise_variance),
             });
         }
-        Ok(Answer {
-            value,
+        Ok(Contribution {
+            value: c.value,
             noise_variance: c.noise_variance,
         })
     }

@@ -9,7 +9,8 @@ use fedmcmc_party::node::{FULL_PENALTY, Plan};
 use fedmcmc_party::release::StepKey;
 
 use super::{
-    Answer, CallError, CallErrorKind, Closed, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan,
+    CallError, CallErrorKind, Closed, Contribution, Grant, NoiseChoice, PartyHandle, PartyInfo,
+    Query, RunPlan,
 };
 
 impl From<PartyError> for CallError {
@@ -63,22 +64,21 @@ impl PartyHandle for Arc<PartyNode> {
         .await?)
     }
 
-    async fn log_lik_ratio(
+    async fn step(
         &self,
         run_id: &str,
         chain: u32,
         step: u64,
-        theta: &[f64],
-        theta_prop: &[f64],
-    ) -> Result<Answer, CallError> {
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
         let key = StepKey {
             run_id,
             chain,
             step,
         };
-        let c = PartyNode::log_lik_ratio(self, &key, theta, theta_prop).await?;
-        Ok(Answer {
-            value: c.value[0],
+        let c = PartyNode::step(self, &key, query).await?;
+        Ok(Contribution {
+            value: c.value,
             noise_variance: c.noise_variance,
         })
     }

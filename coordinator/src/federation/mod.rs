@@ -48,10 +48,14 @@ pub struct RunPlan {
 /// A party's grant and its final charge: the party's own types.
 pub use fedmcmc_party::node::{Closed, Grant};
 
-/// One party's answer to one step.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Answer {
-    pub value: f64,
+/// A step's query, as the parties define it.
+pub use fedmcmc_party::statistics::Query;
+
+/// One party's release for one step, or the federation's sum of them: a vector (its length
+/// fixed by the query) and the variance of the Gaussian noise in each entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contribution {
+    pub value: Vec<f64>,
     pub noise_variance: f64,
 }
 
@@ -101,14 +105,15 @@ pub trait PartyHandle: Send + Sync + 'static {
         plan: &RunPlan,
         fingerprint: &str,
     ) -> impl Future<Output = Result<Grant, CallError>> + Send;
-    fn log_lik_ratio(
+    /// One step's release; a well-formed answer has `query.released_len()` finite entries
+    /// and a finite, non-negative noise variance.
+    fn step(
         &self,
         run_id: &str,
         chain: u32,
         step: u64,
-        theta: &[f64],
-        theta_prop: &[f64],
-    ) -> impl Future<Output = Result<Answer, CallError>> + Send;
+        query: Query<'_>,
+    ) -> impl Future<Output = Result<Contribution, CallError>> + Send;
     fn close_run(&self, run_id: &str) -> impl Future<Output = Result<Closed, CallError>> + Send;
 }
 
@@ -180,33 +185,35 @@ impl<P: PartyHandle> Federation<P> {
         Ok(grants)
     }
 
-    /// Σᵢ d̂ᵢ and Σᵢ σᵢ² for one step of one chain (Yıldırım & Ermiş 2019, Alg. 2).
-    pub async fn log_lik_ratio(
+    /// Σᵢ of the parties' released vectors and Σᵢ σᵢ² for one step of one chain: for the
+    /// log-likelihood ratio, Σᵢ d̂ᵢ of Yıldırım & Ermiş 2019, Alg. 2.
+    pub async fn step(
         &self,
         chain: u32,
         step: u64,
-        theta: &[f64],
-        theta_prop: &[f64],
-    ) -> Result<Answer, FederationError> {
+        query: Query<'_>,
+    ) -> Result<Contribution, FederationError> {
         let runs = Arc::clone(&self.runs.read().expect("runs lock"));
-        let answers = try_join_all(self.parties.iter().zip(runs.iter()).map(
-            |((name, p), run)| async move {
-                p.log_lik_ratio(run, chain, step, theta, theta_prop)
-                    .await
-                    .map_err(at(name))
-            },
-        ))
+        let answers = try_join_all(
+            self.parties
+                .iter()
+                .zip(runs.iter())
+                .map(|((name, p), run)| async move {
+                    p.step(run, chain, step, query).await.map_err(at(name))
+                }),
+        )
         .await?;
-        Ok(answers.iter().fold(
-            Answer {
-                value: 0.0,
-                noise_variance: 0.0,
-            },
-            |acc, a| Answer {
-                value: acc.value + a.value,
-                noise_variance: acc.noise_variance + a.noise_variance,
-            },
-        ))
+        let mut sum = Contribution {
+            value: vec![0.0; query.released_len()],
+            noise_variance: 0.0,
+        };
+        for a in &answers {
+            for (s, v) in sum.value.iter_mut().zip(&a.value) {
+                *s += v;
+            }
+            sum.noise_variance += a.noise_variance;
+        }
+        Ok(sum)
     }
 
     /// Closes the open run on every party; returns each party's final charge.

@@ -178,16 +178,18 @@ impl Subject {
                     StepAt::Ahead(k) => *next + k,
                     StepAt::At(k) => k,
                 };
-                let req = pb::LogLikRatioRequest {
+                let req = pb::StepRequest {
                     key: Some(pb::StepKey {
                         run_id,
                         chain: *chain,
                         step,
                     }),
-                    theta: theta.clone(),
-                    theta_proposed: theta_proposed.clone(),
+                    query: Some(pb::step_request::Query::LogLikRatio(pb::LogLikRatioQuery {
+                        theta: theta.clone(),
+                        theta_proposed: theta_proposed.clone(),
+                    })),
                 };
-                match self.service.log_lik_ratio(Request::new(req)).await {
+                match self.service.step(Request::new(req)).await {
                     Ok(c) => {
                         let c = c.into_inner();
                         assert!(
