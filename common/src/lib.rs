@@ -2,6 +2,7 @@
 //! mechanism and privacy accountants. No networking and no I/O beyond what callers pass in.
 pub mod acceptance;
 pub mod accountant;
+pub mod barker;
 pub mod clip;
 pub mod data;
 pub mod diagnostics;
