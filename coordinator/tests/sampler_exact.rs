@@ -4,16 +4,17 @@
 //! Tolerances come from the Monte Carlo error: a mean is within 4·sd/√ESS of the exact mean,
 //! an sd within 4 standard errors from batch means of the squared deviations, and the
 //! MMD of ESS-many evenly thinned draws within the spread of exact-vs-exact MMDs of the same
-//! size. Data, proposal and acceptance seeds are fixed; the parties' noise comes from their
-//! OS-seeded generator by design (no caller can seed it), so the bounds are set at 4 standard
-//! errors, with the negative control required to miss by more than 6.
+//! size, with the negative control required to miss by more than 6. Every seed is fixed: data,
+//! proposals, acceptance draws, and the parties' noise, which these in-process parties draw
+//! from a seeded stream per (chain, step) (the `seeded-noise` feature; a served party's noise
+//! is OS-seeded and no caller can seed it), so each run here is the same on every machine.
 use std::sync::Arc;
 
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::diagnostics;
 use fedmcmc_common::models::{ExactPosterior, Model, ModelSpec};
-use fedmcmc_coordinator::federation::local::in_process;
-use fedmcmc_coordinator::federation::{NoiseChoice, RunPlan};
+use fedmcmc_coordinator::federation::local::nodes;
+use fedmcmc_coordinator::federation::{Federation, NoiseChoice, RunPlan};
 use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, ChainTrace, Quiet, SamplerConfig};
 use fedmcmc_party::config::BudgetConfig;
@@ -72,18 +73,22 @@ async fn sample(s: &Setup, run: Run) -> Vec<ChainTrace> {
         penalise,
         seed,
     } = run;
-    let federation = Arc::new(
-        in_process(
-            &s.spec,
-            s.data.split(parties),
-            BudgetConfig {
-                epsilon: 1e15,
-                delta: 0.5,
-                accountant: Default::default(),
-            },
-        )
-        .unwrap(),
-    );
+    let budget = BudgetConfig {
+        epsilon: 1e15,
+        delta: 0.5,
+        accountant: Default::default(),
+    };
+    // Each party's noise seeded from the run's seed: the whole run is reproducible.
+    let nodes = nodes(&s.spec, s.data.split(parties), budget, None)
+        .unwrap()
+        .into_iter()
+        .zip(0..)
+        .map(|((name, node), i)| {
+            let node = Arc::into_inner(node).expect("a fresh node has one owner");
+            (name, Arc::new(node.with_seeded_noise(seed ^ (i << 32))))
+        })
+        .collect();
+    let federation = Arc::new(Federation::new(nodes));
     federation
         .open(
             &RunPlan {

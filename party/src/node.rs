@@ -39,24 +39,48 @@ pub fn mechanism_of(variant: &str) -> Option<MechanismKind> {
 pub const NOISE_MULTIPLIERS: (f64, f64) = (1e-9, 1e12);
 
 /// Where the noise comes from: ChaCha20 seeded from the operating system, never from a
-/// caller. Test builds alone may seed it, to make statistical tests reproducible.
-pub(crate) struct NoiseSource(Mutex<ChaCha20Rng>);
+/// caller. Only test builds (and the `seeded-noise` feature, which in-process statistical
+/// tests of the sampler enable and a served party never has) may seed it instead, so those
+/// tests are reproducible.
+#[allow(clippy::large_enum_variant)] // one per node: its size does not matter
+pub(crate) enum NoiseSource {
+    Os(Mutex<ChaCha20Rng>),
+    /// Each release's noise from its own stream, keyed by (seed, chain, step): the same for
+    /// every schedule of concurrent chains. Predictable by design: tests only.
+    #[cfg(any(test, feature = "seeded-noise"))]
+    Keyed(u64),
+}
 
 impl NoiseSource {
     fn from_os() -> Result<Self, PartyError> {
         let rng = ChaCha20Rng::try_from_rng(&mut rand::rngs::SysRng).map_err(|e| {
             PartyError::FailedPrecondition(format!("the OS random source failed: {e}"))
         })?;
-        Ok(NoiseSource(Mutex::new(rng)))
+        Ok(NoiseSource::Os(Mutex::new(rng)))
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "seeded-noise"))]
     pub(crate) fn seeded(seed: u64) -> Self {
-        NoiseSource(Mutex::new(ChaCha20Rng::seed_from_u64(seed)))
+        NoiseSource::Keyed(seed)
     }
 
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut ChaCha20Rng) -> T) -> T {
-        f(&mut self.0.lock().expect("noise source lock"))
+    /// Runs `f` with the generator for the release of `chain`'s `step`.
+    pub(crate) fn with<T>(
+        &self,
+        chain: u32,
+        step: u64,
+        f: impl FnOnce(&mut ChaCha20Rng) -> T,
+    ) -> T {
+        match self {
+            NoiseSource::Os(rng) => f(&mut rng.lock().expect("noise source lock")),
+            #[cfg(any(test, feature = "seeded-noise"))]
+            NoiseSource::Keyed(seed) => {
+                let mut rng = ChaCha20Rng::seed_from_u64(*seed);
+                rng.set_stream(u64::from(chain));
+                rng.set_word_pos(u128::from(step) << 32);
+                f(&mut rng)
+            }
+        }
     }
 }
 
@@ -334,6 +358,15 @@ impl PartyNode {
             limits: RunLimits::default(),
             admission: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The same node with predictable, seeded noise, for reproducible statistical tests of
+    /// the sampler over in-process parties. Never for a served party: anyone who knows the
+    /// seed can subtract the noise.
+    #[cfg(feature = "seeded-noise")]
+    pub fn with_seeded_noise(mut self, seed: u64) -> Self {
+        self.noise = NoiseSource::seeded(seed);
+        self
     }
 
     /// The same node under the operator's caps and lease instead of the defaults.

@@ -207,7 +207,9 @@ impl PartyNode {
             calibration.bound
         );
         let mechanism = calibration.mechanism;
-        let value = self.noise.with(|rng| mechanism.release(&exact, rng));
+        let value = self
+            .noise
+            .with(key.chain, key.step, |rng| mechanism.release(&exact, rng));
         let record = ReleaseRecord {
             run_id: key.run_id.to_string(),
             chain: key.chain,

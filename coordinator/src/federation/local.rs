@@ -119,12 +119,3 @@ pub fn nodes(
     }
     Ok(parties)
 }
-
-/// A federation of in-process parties with in-memory ledgers; nothing is served.
-pub fn in_process(
-    model: &fedmcmc_common::models::ModelSpec,
-    parts: Vec<fedmcmc_common::data::Columns>,
-    budget: fedmcmc_party::config::BudgetConfig,
-) -> anyhow::Result<super::Federation<Arc<PartyNode>>> {
-    Ok(super::Federation::new(nodes(model, parts, budget, None)?))
-}
