@@ -1,7 +1,8 @@
 //! The analyst's side of the federation.
 //!
 //! - `federation`: the parties as one summed contribution (in-process or over gRPC).
-//! - `sampler`: DP-penalty chains; the acceptance test itself is `fedmcmc_common::acceptance`.
+//! - `sampler`: chains and their bookkeeping; `kernels`: how releases become decisions (the
+//!   penalty kernel; the acceptance test itself is `fedmcmc_common::acceptance`).
 //! - `planning`: iterations from τ (Räisä 2020, Alg. 2) or τ from iterations.
 //! - `job`: check, plan, open, sample, close; shared by `simulate` and `run`.
 //! - `interrupt`: SIGINT/SIGTERM as a stop flag the sampler checks between steps.
@@ -10,6 +11,7 @@
 pub mod federation;
 pub mod interrupt;
 pub mod job;
+pub mod kernels;
 pub mod output;
 pub mod planning;
 pub mod privacy_cli;

@@ -1,22 +1,19 @@
-//! DP-penalty chains over a federation (Yıldırım & Ermiş 2019, Alg. 2; Räisä 2020, Sec. 3.1-3.2).
-//!
-//! Each chain proposes θ′ by a Gaussian random walk, asks the federation for Σᵢ d̂ᵢ and
-//! Σᵢ σᵢ², and runs the penalty test of `fedmcmc_common::acceptance`. Chains run
-//! concurrently as tasks; during warm-up each adapts its walk from its own acceptance
-//! decisions, then freezes it. A [`Stop`] request, or another chain's failure, ends every
+//! Chains over a federation: the bookkeeping every kernel shares. Each chain runs its kernel
+//! (`kernels/`; the DP penalty of Yıldırım & Ermiş 2019, Alg. 2 today) once per iteration and
+//! records θ, the acceptance and the noise. Chains run concurrently as tasks; during warm-up
+//! each kernel adapts from its own chain's acceptance decisions, then is frozen. A [`Stop`] request, or another chain's failure, ends every
 //! chain after its current step, so the traces hold whatever was sampled before.
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use fedmcmc_common::acceptance::{self, PenaltyTerms};
 use fedmcmc_common::models::Model;
-use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
-use rand::{RngExt, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::federation::{Federation, FederationError, PartyHandle, Query};
+use crate::federation::{Federation, FederationError, PartyHandle};
 use crate::interrupt::Stop;
+use crate::kernels::{ChainLink, Kernel, Penalty};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
@@ -187,56 +184,38 @@ async fn run_chain<P: PartyHandle>(
         noise_variance: Vec::with_capacity(steps),
         scale: Vec::with_capacity(steps),
     };
-    let mut adaptation = ScaleAdaptation::new(config.proposal_sd, config.target_accept);
-    let mut walk = RandomWalk {
-        scale: config.proposal_sd,
-    };
+    let mut kernel = Penalty::new(
+        model,
+        config.proposal_sd,
+        config.target_accept,
+        config.penalise,
+    );
+    let mut link = ChainLink::new(&federation, chain);
     let mut theta = init;
-    let mut log_prior = model.log_prior(&theta);
-    let mut prop = vec![0.0; dim];
-    for step in 0..config.iterations {
+    for iteration in 0..config.iterations {
         if halt.now() {
             break;
         }
-        walk.propose(&theta, &mut prop, &mut rng);
-        let log_prior_prop = model.log_prior(&prop);
-        let query = Query::LogLikRatio {
-            theta: &theta,
-            theta_proposed: &prop,
-        };
-        let answer = federation
-            .step(chain, step, query)
+        let transition = kernel
+            .transition(&mut link, &mut theta, &mut rng)
             .await
-            .map_err(|source| {
+            .map_err(|e| {
                 halt.failed.store(true, Ordering::SeqCst);
                 SampleError::Federation {
                     chain,
-                    step,
-                    source,
+                    step: e.step,
+                    source: e.source,
                 }
             })?;
-        let log_ratio = PenaltyTerms {
-            noisy_log_lik_ratio: answer.value[0],
-            noise_variance: answer.noise_variance,
-            log_prior_ratio: log_prior_prop - log_prior,
-            log_proposal_ratio: 0.0,
-        }
-        .log_ratio(config.penalise);
-        let ln_u = rng.random::<f64>().ln();
-        let accepted = acceptance::accept(ln_u, log_ratio);
-        if accepted {
-            theta.copy_from_slice(&prop);
-            log_prior = log_prior_prop;
-        }
-        if config.adapt && step < config.warmup {
-            walk.scale = adaptation.update(accepted);
+        if config.adapt && iteration < config.warmup {
+            kernel.adapt(&transition);
         }
         trace.theta.extend_from_slice(&theta);
-        trace.accept_stat.push(acceptance::accept_stat(log_ratio));
-        trace.accepted.push(accepted);
-        trace.noise_variance.push(answer.noise_variance);
-        trace.scale.push(walk.scale);
-        progress.step(chain, step);
+        trace.accept_stat.push(transition.accept_stat);
+        trace.accepted.push(transition.accepted);
+        trace.noise_variance.push(transition.noise_variance);
+        trace.scale.push(kernel.scale());
+        progress.step(chain, iteration);
     }
     Ok(trace)
 }
