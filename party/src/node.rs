@@ -65,6 +65,10 @@ impl NoiseSource {
     }
 
     /// Runs `f` with the generator for the release of `chain`'s `step`.
+    #[cfg_attr(
+        not(any(test, feature = "seeded-noise")),
+        allow(unused_variables) // the key selects a stream only for seeded noise
+    )]
     pub(crate) fn with<T>(
         &self,
         chain: u32,
