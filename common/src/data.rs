@@ -117,6 +117,22 @@ impl Columns {
         }
     }
 
+    /// The rows at `rows` (in that order) as their own column-major set: a minibatch, gathered
+    /// once so the per-row loop runs over contiguous columns. Panics on an index out of range.
+    pub fn select(&self, rows: &[usize]) -> Columns {
+        let mut values = Vec::with_capacity(rows.len() * self.d);
+        for j in 0..self.d {
+            let col = self.col(j);
+            values.extend(rows.iter().map(|&i| col[i]));
+        }
+        // The values are already checked finite.
+        Columns {
+            n: rows.len(),
+            d: self.d,
+            values,
+        }
+    }
+
     /// Contiguous row ranges of near-equal size (the first `n % parts` get one row more), for
     /// splitting one data set into a simulated federation. Panics if `parts == 0`.
     pub fn split(&self, parts: usize) -> Vec<Columns> {

@@ -26,6 +26,22 @@ pub fn clipped_affine_sum(cols: &Columns, w: &[f64], c: f64, bound: f64) -> Clip
     kernel(cols, w, c, bound)
 }
 
+/// Each row's clip(c + w·x, ±bound) into `out`: the per-row terms the minibatch variants
+/// need, over a batch of rows (small, so a plain loop).
+pub fn clipped_affine_terms(cols: &Columns, w: &[f64], c: f64, bound: f64, out: &mut [f64]) {
+    assert_eq!(w.len(), cols.d(), "one weight per column");
+    assert_eq!(out.len(), cols.n(), "one term per row");
+    out.fill(c);
+    for (j, &wj) in w.iter().enumerate().filter(|(_, w)| **w != 0.0) {
+        for (o, x) in out.iter_mut().zip(cols.col(j)) {
+            *o += wj * x;
+        }
+    }
+    for o in out.iter_mut() {
+        *o = clip(*o, bound);
+    }
+}
+
 /// The same kernel compiled for AVX2/FMA, chosen at run time: a portable build keeps its
 /// baseline target and still gets the wide loop where the CPU has it.
 #[cfg(target_arch = "x86_64")]

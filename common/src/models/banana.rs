@@ -141,6 +141,22 @@ pub struct Banana {
     spec: BananaSpec,
 }
 
+impl Banana {
+    /// r_x = Σᵢ T τᵢ (u′ᵢ − uᵢ) xᵢ − ½ T τᵢ (u′ᵢ − uᵢ)(u′ᵢ + uᵢ): affine in x, as (w, c).
+    fn affine_ratio(&self, theta: &[f64], theta_prop: &[f64]) -> (Vec<f64>, f64) {
+        let mut c = 0.0;
+        let w = (0..self.tau.len())
+            .map(|i| {
+                let (u, up) = (self.shear.u(theta, i), self.shear.u(theta_prop, i));
+                let wi = self.temperature * self.tau[i] * (up - u);
+                c -= 0.5 * wi * (up + u);
+                wi
+            })
+            .collect();
+        (w, c)
+    }
+}
+
 impl Model for Banana {
     fn name(&self) -> &'static str {
         "banana"
@@ -194,7 +210,6 @@ impl Model for Banana {
         self.shear.pull_back(theta, out);
     }
 
-    /// r_x = Σᵢ T τᵢ (u′ᵢ − uᵢ) xᵢ − ½ T τᵢ (u′ᵢ − uᵢ)(u′ᵢ + uᵢ): affine in x.
     fn clipped_llr_sum(
         &self,
         data: &Columns,
@@ -203,16 +218,20 @@ impl Model for Banana {
         bound: f64,
     ) -> ClippedSum {
         assert_eq!(data.d(), self.row_dim(), "data columns");
-        let mut c = 0.0;
-        let w: Vec<f64> = (0..self.dim())
-            .map(|i| {
-                let (u, up) = (self.shear.u(theta, i), self.shear.u(theta_prop, i));
-                let wi = self.temperature * self.tau[i] * (up - u);
-                c -= 0.5 * wi * (up + u);
-                wi
-            })
-            .collect();
+        let (w, c) = self.affine_ratio(theta, theta_prop);
         affine::clipped_affine_sum(data, &w, c, bound)
+    }
+
+    fn clipped_llr_terms(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+        out: &mut [f64],
+    ) {
+        let (w, c) = self.affine_ratio(theta, theta_prop);
+        affine::clipped_affine_terms(data, &w, c, bound, out);
     }
 
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {

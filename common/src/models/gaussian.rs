@@ -105,6 +105,19 @@ impl Gaussian {
             .map(|j| self.precision[(i, j)] * (a[j] - b[j]))
             .sum()
     }
+
+    /// r_x = T (θ′ − θ)ᵀ Σ⁻¹ x − ½ T (θ′ − θ)ᵀ Σ⁻¹ (θ′ + θ): affine in x, as (w, c).
+    fn affine_ratio(&self, theta: &[f64], theta_prop: &[f64]) -> (Vec<f64>, f64) {
+        let d = self.dim();
+        let w: Vec<f64> = (0..d)
+            .map(|i| self.temperature * self.precision_times_diff(theta_prop, theta, i))
+            .collect();
+        let c = -0.5
+            * (0..d)
+                .map(|i| w[i] * (theta_prop[i] + theta[i]))
+                .sum::<f64>();
+        (w, c)
+    }
 }
 
 impl Model for Gaussian {
@@ -168,14 +181,20 @@ impl Model for Gaussian {
         bound: f64,
     ) -> ClippedSum {
         assert_eq!(data.d(), self.row_dim(), "data columns");
-        let w: Vec<f64> = (0..self.dim())
-            .map(|i| self.temperature * self.precision_times_diff(theta_prop, theta, i))
-            .collect();
-        let c = -0.5
-            * (0..self.dim())
-                .map(|i| w[i] * (theta_prop[i] + theta[i]))
-                .sum::<f64>();
+        let (w, c) = self.affine_ratio(theta, theta_prop);
         affine::clipped_affine_sum(data, &w, c, bound)
+    }
+
+    fn clipped_llr_terms(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+        out: &mut [f64],
+    ) {
+        let (w, c) = self.affine_ratio(theta, theta_prop);
+        affine::clipped_affine_terms(data, &w, c, bound, out);
     }
 
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {

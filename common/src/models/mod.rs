@@ -14,15 +14,19 @@ use crate::data::Columns;
 pub mod affine;
 mod banana;
 mod gaussian;
+mod grid;
+mod mixture;
 mod mvn;
 
 pub use banana::{Banana, BananaSpec};
 pub use gaussian::{Gaussian, GaussianSpec};
+pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
+pub use mixture::{Mixture, MixtureSpec};
 
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
 pub trait Model: Send + Sync + std::fmt::Debug {
-    /// `"gaussian"` or `"banana"`, as in [`ModelSpec`]'s `kind`.
+    /// `"gaussian"`, `"banana"` or `"mixture"`, as in [`ModelSpec`]'s `kind`.
     fn name(&self) -> &'static str;
     /// Dimension of θ.
     fn dim(&self) -> usize;
@@ -52,6 +56,26 @@ pub trait Model: Send + Sync + std::fmt::Debug {
         theta_prop: &[f64],
         bound: f64,
     ) -> ClippedSum;
+    /// Each row's clipped term clip(T·ℓ(x|θ′) − T·ℓ(x|θ), ±bound), written into `out` (one
+    /// entry per row of `data`): the minibatch variants estimate their batch's variance from
+    /// these. The default goes row by row through [`Model::log_lik_row`]; a model with a
+    /// faster form of the ratio overrides it. Panics if `out` has the wrong length.
+    fn clipped_llr_terms(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+        out: &mut [f64],
+    ) {
+        assert_eq!(out.len(), data.n(), "one term per row");
+        let mut row = vec![0.0; data.d()];
+        for (i, o) in out.iter_mut().enumerate() {
+            data.row_into(i, &mut row);
+            let r = self.log_lik_row(theta_prop, &row) - self.log_lik_row(theta, &row);
+            *o = crate::clip::clip(r, bound);
+        }
+    }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns;
     /// The exact tempered posterior given `data`, if the model has a closed form.
@@ -103,11 +127,22 @@ pub enum ModelError {
 /// prior_var = 1000.0      # σ0²
 /// # optional: b = 0.0, m = 0.0, temperature = 1.0, true_theta = [0.0, 3.0]
 /// ```
+///
+/// or the Gaussian mixture of Heikkilä et al. 2019
+///
+/// ```toml
+/// [model]
+/// kind = "mixture"
+/// prior_var = [10.0, 1.0]   # σ1², σ2²
+/// lik_var = 2.0             # σx²
+/// # optional: temperature = 1.0, true_theta = [0.0, 1.0]
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ModelSpec {
     Gaussian(GaussianSpec),
     Banana(BananaSpec),
+    Mixture(MixtureSpec),
 }
 
 impl ModelSpec {
@@ -141,18 +176,22 @@ impl ModelSpec {
         Ok(match self {
             ModelSpec::Gaussian(s) => Arc::new(s.build()?),
             ModelSpec::Banana(s) => Arc::new(s.build()?),
+            ModelSpec::Mixture(s) => Arc::new(s.build()?),
         })
     }
 
-    /// θ used to simulate data: the spec's `true_theta`, else (0, 3, 0, …) as in the thesis.
+    /// θ used to simulate data: the spec's `true_theta`, else (0, 3, 0, …) as in the thesis,
+    /// or (0, 1) for the mixture, as in Heikkilä et al. 2019.
     pub fn true_theta(&self) -> Vec<f64> {
-        let (given, d) = match self {
-            ModelSpec::Gaussian(s) => (&s.true_theta, s.cov.len()),
-            ModelSpec::Banana(s) => (&s.true_theta, s.lik_var.len()),
-        };
-        given
-            .clone()
-            .unwrap_or_else(|| (0..d).map(|i| if i == 1 { 3.0 } else { 0.0 }).collect())
+        let thesis = |d: usize| (0..d).map(|i| if i == 1 { 3.0 } else { 0.0 }).collect();
+        match self {
+            ModelSpec::Gaussian(s) => s.true_theta.clone().unwrap_or_else(|| thesis(s.cov.len())),
+            ModelSpec::Banana(s) => s
+                .true_theta
+                .clone()
+                .unwrap_or_else(|| thesis(s.lik_var.len())),
+            ModelSpec::Mixture(s) => s.true_theta.clone().unwrap_or_else(|| vec![0.0, 1.0]),
+        }
     }
 }
 
