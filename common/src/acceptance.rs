@@ -1,4 +1,6 @@
-//! The DP penalty acceptance test: the one place a proposal is accepted or rejected.
+//! The acceptance tests: the one place a proposal is accepted or rejected.
+//!
+//! # DP penalty
 //!
 //! Yıldırım & Ermiş 2019, Alg. 1-2 (federated form, Sec. 3.2.2), Räisä 2020, Sec. 3.1: with Σᵢ d̂ᵢ the sum of
 //! the parties' noisy log-likelihood ratios and σ² = Σᵢ σᵢ² the total variance of their
@@ -7,7 +9,16 @@
 //! ln u < Σᵢ d̂ᵢ + ln p(θ′) − ln p(θ) + ln q(θ|θ′) − ln q(θ′|θ) − ½σ².
 //!
 //! The −½σ² penalty (Ceperley & Dewing) makes the chain target the (clipped) posterior
-//! exactly despite the Gaussian noise.
+//! exactly despite the Gaussian noise. The minibatch DP penalty (Räisä 2020, Sec. 3.4) uses
+//! the same test: each party's release already subtracts half its batch's variance σ²_b.
+//!
+//! # DP Barker
+//!
+//! Heikkilä et al. 2019; Räisä 2020, Sec. 3.3, Alg. 3: with λ̂ = Σᵢ (released λ*ᵢ) + ln p(θ′) −
+//! ln p(θ) + ln q(θ|θ′) − ln q(θ′|θ), whose Gaussian noise (batch error and added noise) has
+//! the fixed total variance C, accept iff λ̂ + V_corr > 0 with V_corr drawn from the
+//! correction distribution for C ([`crate::barker::CorrectionFit`]): in distribution Barker's
+//! test λ + V_log > 0, which accepts with probability 1/(1 + e^{−λ}).
 
 /// The terms of one acceptance decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,6 +59,11 @@ pub fn accept_stat(log_ratio: f64) -> f64 {
     } else {
         log_ratio.min(0.0).exp()
     }
+}
+
+/// DP Barker: accept iff λ̂ + V_corr > 0 (a NaN λ̂ is rejected).
+pub fn barker_accept(lambda_hat: f64, v_corr: f64) -> bool {
+    lambda_hat + v_corr > 0.0
 }
 
 #[cfg(test)]

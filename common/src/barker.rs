@@ -179,6 +179,14 @@ impl CorrectionFit {
         self.means[k] + self.sds[k] * z
     }
 
+    /// P(λ̂ + V_corr > 0) = Σ_k w_k Φ((λ̂ + m_k)/s_k): the probability that the DP Barker test
+    /// accepts given the released λ̂ (CmdStan's `accept_stat__` for this kernel).
+    pub fn accept_probability(&self, lambda_hat: f64) -> f64 {
+        (0..self.weights.len())
+            .map(|k| self.weights[k] * normal_cdf((lambda_hat + self.means[k]) / self.sds[k]))
+            .sum()
+    }
+
     /// Var(V_corr) = Σ w (m² + s²) − (Σ w m)²; π²/3 − C for an exact correction.
     pub fn variance(&self) -> f64 {
         let mean: f64 = self

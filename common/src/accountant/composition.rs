@@ -10,7 +10,8 @@
 //! [`pld::Mechanism::BatchGaussian`]). `rdp` takes Gaussian; Poisson under add/remove
 //! (Mironov, Talwar, Zhang 2019); batches under substitution (Wang, Balle, Kasiviswanathan
 //! 2019 Thm 9/27) and under add/remove (that same Poisson pair); it refuses Poisson under
-//! substitution, for which no Rényi bound is implemented. The
+//! substitution, for which no Rényi bound is implemented. DP Barker iterations (Räisä 2020,
+//! Thm 3.3) are covered by `rdp` alone, under substitution. The
 //! Poisson-substitute pair (rows at ∓½ around a common centre) must not stand in for a batch:
 //! with every other row at −½ and the differing row +½ vs −½, a batch without replacement
 //! gives exactly (1−γ)N(0, s²) + γN(1, s²) against N(0, s²), which it under-reports.
@@ -82,6 +83,10 @@ pub enum MechanismKind {
     PoissonGaussian { sampling_rate: f64 },
     /// `batch` rows drawn without replacement from `population` (1 ≤ batch ≤ population).
     BatchGaussian { batch: u64, population: u64 },
+    /// One DP Barker iteration on `batch` rows drawn without replacement from `population`,
+    /// its noise fixed by Räisä 2020, Thm 3.3 (total variance 2 at per-row bound √b/n, or any
+    /// scaling of both): the noise multiplier plays no part in its accounting.
+    DpBarker { batch: u64, population: u64 },
 }
 
 impl MechanismKind {
@@ -91,6 +96,7 @@ impl MechanismKind {
             MechanismKind::Gaussian => "gaussian",
             MechanismKind::PoissonGaussian { .. } => "poisson-gaussian",
             MechanismKind::BatchGaussian { .. } => "batch-gaussian",
+            MechanismKind::DpBarker { .. } => "dp-barker",
         }
     }
 
@@ -110,17 +116,22 @@ impl MechanismKind {
             ("batch-gaussian", None, Some(batch), Some(population)) => {
                 MechanismKind::BatchGaussian { batch, population }
             }
+            ("dp-barker", None, Some(batch), Some(population)) => {
+                MechanismKind::DpBarker { batch, population }
+            }
             ("gaussian", ..) => return bad("gaussian takes no sampling rate, batch or population"),
             ("poisson-gaussian", ..) => {
                 return bad("poisson-gaussian needs a sampling rate and no batch or population");
             }
-            ("batch-gaussian", ..) => {
-                return bad("batch-gaussian needs a batch and a population and no sampling rate");
+            ("batch-gaussian" | "dp-barker", ..) => {
+                return bad(&format!(
+                    "{name} needs a batch and a population and no sampling rate"
+                ));
             }
             _ => {
                 return Err(CompositionError::InvalidRelease(format!(
-                    "unknown mechanism '{name}', expected 'gaussian', 'poisson-gaussian' or \
-                     'batch-gaussian'"
+                    "unknown mechanism '{name}', expected 'gaussian', 'poisson-gaussian', \
+                     'batch-gaussian' or 'dp-barker'"
                 )));
             }
         };
@@ -135,6 +146,7 @@ impl MechanismKind {
                 Err(CompositionError::InvalidSamplingRate(q))
             }
             MechanismKind::BatchGaussian { batch, population }
+            | MechanismKind::DpBarker { batch, population }
                 if batch == 0 || batch > population =>
             {
                 Err(CompositionError::InvalidBatch { batch, population })
@@ -421,6 +433,23 @@ impl Method {
                     noise_multiplier: s,
                     sampling_rate,
                 })?
+            }
+            (Method::Rdp, DpBarker { batch, population }) => match neighbours {
+                Neighbours::Substitute => Measure::Rdp(RdpCurve::dp_barker(batch, population)?),
+                Neighbours::AddRemove => {
+                    return Err(self.unsupported(
+                        mechanism,
+                        neighbours,
+                        "its bound (Räisä 2020, Thm 3.3) is for substitute neighbours",
+                    ));
+                }
+            },
+            (Method::Pld, DpBarker { .. }) => {
+                return Err(self.unsupported(
+                    mechanism,
+                    neighbours,
+                    "no privacy-loss distribution is known for it (Räisä 2020, Sec. 3.4)",
+                ));
             }
             (Method::Pld, BatchGaussian { batch, population }) => {
                 pld_measure(pld::Mechanism::BatchGaussian {
