@@ -31,6 +31,15 @@ pub struct RunTerms {
     pub tau: f64,
     /// Noise std / L2 sensitivity of one release.
     pub noise_multiplier: f64,
+    /// Minibatch variants: rows per secret batch, and the row count it is drawn from (the
+    /// accountant's sampling fraction is their ratio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub population: Option<u64>,
+    /// DP Barker: this party's share Cᵢ of the total noise variance C.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barker_variance: Option<f64>,
 }
 
 /// One answered query: the inputs (to recognise a retry), the noisy value and its variance.
@@ -66,12 +75,15 @@ pub enum ClosedBy {
     Lease { idle_seconds: u64 },
 }
 
-/// Releases of closed runs with one variant and noise multiplier, summed: what the accountant
-/// composes for them, since k releases of one mechanism compose the same run by run or at once.
+/// Releases of closed runs with one variant, noise multiplier and batch, summed: what the
+/// accountant composes for them, since k releases of one mechanism compose the same run by
+/// run or at once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClosedCharge {
     pub variant: String,
     pub noise_multiplier: f64,
+    pub batch_size: Option<u64>,
+    pub population: Option<u64>,
     pub releases: u64,
 }
 
@@ -396,17 +408,21 @@ fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
         })?
         .collect::<Result<_, _>>()?;
     let mut stmt = conn.prepare(
-        "SELECT json_extract(runs.terms, '$.variant'), releases.noise_multiplier, COUNT(*)
+        "SELECT json_extract(runs.terms, '$.variant'), releases.noise_multiplier,
+                json_extract(runs.terms, '$.batch_size'), json_extract(runs.terms, '$.population'),
+                COUNT(*)
          FROM releases JOIN runs ON runs.run_id = releases.run_id
          WHERE runs.closed = 1
-         GROUP BY 1, 2 ORDER BY 1, 2",
+         GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
     )?;
     let charges = stmt
         .query_map([], |r| {
             Ok(ClosedCharge {
                 variant: r.get(0)?,
                 noise_multiplier: r.get(1)?,
-                releases: r.get::<_, i64>(2)? as u64,
+                batch_size: r.get::<_, Option<i64>>(2)?.map(|b| b as u64),
+                population: r.get::<_, Option<i64>>(3)?.map(|n| n as u64),
+                releases: r.get::<_, i64>(4)? as u64,
             })
         })?
         .collect::<Result<_, _>>()?;
@@ -481,6 +497,9 @@ mod tests {
             clip: 2.0,
             tau: 0.5,
             noise_multiplier: 22.5,
+            batch_size: None,
+            population: None,
+            barker_variance: None,
         };
         {
             let conn = Connection::open(&path).unwrap();
@@ -540,6 +559,8 @@ mod tests {
             vec![ClosedCharge {
                 variant: "full-penalty".into(),
                 noise_multiplier: 22.5,
+                batch_size: None,
+                population: None,
                 releases: 2,
             }]
         );

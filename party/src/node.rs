@@ -19,18 +19,46 @@ use crate::error::PartyError;
 use crate::ledger::{
     ClosedBy, ClosedCharge, ClosedRuns, Ledger, ReleaseRecord, RunRecord, RunTerms,
 };
+use crate::statistics::minibatch::barker_noise_multiplier;
 
 /// Variants this party serves (the wire names of `fedmcmc.v1.Variant`).
 pub const FULL_PENALTY: &str = "full-penalty";
+pub const MINIBATCH_PENALTY: &str = "minibatch-penalty";
+pub const BARKER: &str = "barker";
 
-/// The mechanism a variant's releases are, as the accountant composes them; `None` for a
-/// variant this party does not serve. The one place a variant maps to a [`MechanismKind`].
-pub fn mechanism_of(variant: &str) -> Option<MechanismKind> {
-    match variant {
-        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2).
-        FULL_PENALTY => Some(MechanismKind::Gaussian),
-        _ => None,
+/// The variants a party serves under its neighbour relation: the minibatch ones rest on
+/// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5).
+pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
+    match neighbours {
+        Neighbours::Substitute => &[FULL_PENALTY, MINIBATCH_PENALTY, BARKER],
+        Neighbours::AddRemove => &[FULL_PENALTY],
     }
+}
+
+/// The mechanism a variant's releases are, as the accountant composes them, or why it has
+/// none. The one place a variant maps to a [`MechanismKind`].
+pub fn mechanism_of(
+    variant: &str,
+    batch: Option<u64>,
+    population: Option<u64>,
+) -> Result<MechanismKind, String> {
+    let kind = match (variant, batch, population) {
+        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2).
+        (FULL_PENALTY, None, None) => MechanismKind::Gaussian,
+        // A Gaussian release on a batch drawn without replacement (Räisä 2020, Thm 3.5).
+        (MINIBATCH_PENALTY, Some(batch), Some(population)) => {
+            MechanismKind::BatchGaussian { batch, population }
+        }
+        // One DP Barker iteration (Räisä 2020, Thm 3.3).
+        (BARKER, Some(batch), Some(population)) => MechanismKind::DpBarker { batch, population },
+        (FULL_PENALTY | MINIBATCH_PENALTY | BARKER, ..) => {
+            return Err(format!(
+                "a {variant} run with a batch of {batch:?} out of {population:?}"
+            ));
+        }
+        _ => return Err(format!("the unknown variant {variant:?}")),
+    };
+    Ok(kind)
 }
 
 /// Noise multipliers s = τ·√n a requested τ may give. Below, one release's privacy loss
@@ -64,25 +92,24 @@ impl NoiseSource {
         NoiseSource::Keyed(seed)
     }
 
-    /// Runs `f` with the generator for the release of `chain`'s `step`.
+    /// The generator for the release of `chain`'s `step`: for OS noise a fresh ChaCha20
+    /// seeded from the node's, so releases draw their batches and noise without holding a
+    /// lock while they read rows.
     #[cfg_attr(
         not(any(test, feature = "seeded-noise")),
         allow(unused_variables) // the key selects a stream only for seeded noise
     )]
-    pub(crate) fn with<T>(
-        &self,
-        chain: u32,
-        step: u64,
-        f: impl FnOnce(&mut ChaCha20Rng) -> T,
-    ) -> T {
+    pub(crate) fn fork(&self, chain: u32, step: u64) -> ChaCha20Rng {
         match self {
-            NoiseSource::Os(rng) => f(&mut rng.lock().expect("noise source lock")),
+            NoiseSource::Os(rng) => {
+                ChaCha20Rng::from_rng(&mut *rng.lock().expect("noise source lock"))
+            }
             #[cfg(any(test, feature = "seeded-noise"))]
             NoiseSource::Keyed(seed) => {
                 let mut rng = ChaCha20Rng::seed_from_u64(*seed);
                 rng.set_stream(u64::from(chain));
                 rng.set_word_pos(u128::from(step) << 32);
-                f(&mut rng)
+                rng
             }
         }
     }
@@ -106,11 +133,13 @@ pub(crate) struct RunState {
     last_active: Mutex<Instant>,
 }
 
-/// The mechanism of `count` releases of `variant` at `noise_multiplier`, or why the ledger's
-/// record of them (written by another version, or edited) cannot be accounted for.
+/// The mechanism of `count` releases of `variant` (with its batch, if any) at
+/// `noise_multiplier`, or why the ledger's record of them (written by another version, or
+/// edited) cannot be accounted for.
 fn recorded_release(
     what: &str,
     variant: &str,
+    (batch, population): (Option<u64>, Option<u64>),
     noise_multiplier: f64,
     count: u64,
 ) -> Result<MechanismKind, PartyError> {
@@ -119,8 +148,7 @@ fn recorded_release(
             "the ledger records {what} with {why}; this party cannot account for it"
         ))
     };
-    let mechanism =
-        mechanism_of(variant).ok_or_else(|| bad(format!("the unknown variant {variant:?}")))?;
+    let mechanism = mechanism_of(variant, batch, population).map_err(bad)?;
     Release {
         mechanism,
         noise_multiplier,
@@ -137,6 +165,7 @@ impl RunState {
         let mechanism = recorded_release(
             &format!("run {}", record.run_id),
             &record.terms.variant,
+            (record.terms.batch_size, record.terms.population),
             record.terms.noise_multiplier,
             record.terms.planned_releases,
         )?;
@@ -206,8 +235,37 @@ pub struct Plan {
     pub variant: String,
     pub chains: u32,
     pub steps_per_chain: u64,
+    /// The per-row clip coefficient; 0 (unset) for DP Barker, whose clip is fixed.
     pub clip: f64,
     pub noise: NoiseRequest,
+    /// Minibatch variants: rows per secret batch.
+    pub batch_size: Option<u64>,
+    /// DP Barker: this party's share Cᵢ of the total noise variance C.
+    pub barker_variance: Option<f64>,
+}
+
+impl Plan {
+    /// A full-data DP-penalty plan.
+    pub fn full_penalty(chains: u32, steps_per_chain: u64, clip: f64, noise: NoiseRequest) -> Self {
+        Plan {
+            variant: FULL_PENALTY.into(),
+            chains,
+            steps_per_chain,
+            clip,
+            noise,
+            batch_size: None,
+            barker_variance: None,
+        }
+    }
+}
+
+/// A plan that passed the public checks: its mechanism, releases, the noise to admit it at
+/// and the population its batches are drawn from.
+struct Checked {
+    mechanism: MechanismKind,
+    releases: u64,
+    noise: NoiseRequest,
+    population: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -229,13 +287,22 @@ pub struct Closed {
     pub epsilon_committed: f64,
 }
 
-/// A closed run's releases, summed with those of every closed run of the same mechanism and
-/// noise multiplier.
+/// A closed run's releases, summed with those of every closed run of the same variant,
+/// noise multiplier and batch.
 struct Charge {
     variant: String,
     mechanism: MechanismKind,
     noise_multiplier: f64,
     releases: u64,
+}
+
+/// The batch and population of a mechanism, for ordering charges.
+fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
+    match mechanism {
+        MechanismKind::BatchGaussian { batch, population }
+        | MechanismKind::DpBarker { batch, population } => (batch, population),
+        MechanismKind::Gaussian | MechanismKind::PoissonGaussian { .. } => (0, 0),
+    }
 }
 
 /// The runs a node knows. Open runs keep their chains; closed runs keep only their id (so a
@@ -244,7 +311,7 @@ struct Charge {
 pub(crate) struct Runs {
     open: HashMap<String, Arc<RunState>>,
     closed: HashMap<String, ClosedBy>,
-    /// Sorted by (variant, noise multiplier), so a node composes the same releases in the same
+    /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
     /// order whether they were folded as runs closed or read back at start.
     charges: Vec<Charge>,
 }
@@ -255,7 +322,9 @@ impl Runs {
             return;
         }
         let cmp = |c: &Charge| {
-            (c.variant.as_str().cmp(variant)).then(c.noise_multiplier.total_cmp(&noise_multiplier))
+            (c.variant.as_str().cmp(variant))
+                .then(c.noise_multiplier.total_cmp(&noise_multiplier))
+                .then(batch_of(c.mechanism).cmp(&batch_of(mechanism)))
         };
         match self.charges.binary_search_by(cmp) {
             Ok(i) => self.charges[i].releases += n,
@@ -343,11 +412,19 @@ impl PartyNode {
         for ClosedCharge {
             variant,
             noise_multiplier,
+            batch_size,
+            population,
             releases,
         } in charges
         {
             let what = format!("{releases} releases of closed runs");
-            let mechanism = recorded_release(&what, &variant, noise_multiplier, releases)?;
+            let mechanism = recorded_release(
+                &what,
+                &variant,
+                (batch_size, population),
+                noise_multiplier,
+                releases,
+            )?;
             runs.charge(&variant, mechanism, noise_multiplier, releases);
         }
         Ok(PartyNode {
@@ -420,7 +497,7 @@ impl PartyNode {
             model_fingerprint: self.model.fingerprint(),
             dim: self.model.dim(),
             rows: self.data.n() as u64,
-            variants: vec![FULL_PENALTY],
+            variants: variants_served(self.neighbours).to_vec(),
             neighbours: self.neighbours,
             epsilon: self.budget.epsilon,
             delta: self.budget.delta,
@@ -450,12 +527,9 @@ impl PartyNode {
         })
     }
 
-    /// The plan's mechanism and its number of releases, or why it is refused.
-    fn check_plan(
-        &self,
-        plan: &Plan,
-        fingerprint: &str,
-    ) -> Result<(MechanismKind, u64), PartyError> {
+    /// The plan's mechanism, releases and noise request, or why it is refused.
+    fn check_plan(&self, plan: &Plan, fingerprint: &str) -> Result<Checked, PartyError> {
+        let invalid = |m: String| Err(PartyError::InvalidArgument(m));
         if fingerprint != self.model.fingerprint() {
             return Err(PartyError::FailedPrecondition(format!(
                 "model mismatch: this party serves {} with fingerprint {}, the request expects {fingerprint:?}",
@@ -463,16 +537,24 @@ impl PartyNode {
                 self.model.fingerprint()
             )));
         }
-        let mechanism = mechanism_of(&plan.variant).ok_or_else(|| {
-            PartyError::Unimplemented(format!(
-                "this party serves only the {FULL_PENALTY} variant, not {:?}",
-                plan.variant
-            ))
-        })?;
+        let served = variants_served(self.neighbours);
+        let variant = plan.variant.as_str();
+        if !served.contains(&variant) {
+            let why = if variants_served(Neighbours::Substitute).contains(&variant) {
+                format!(
+                    "the {variant} variant's privacy bounds hold for substitute neighbours, and this party states its guarantee under {} neighbours",
+                    self.neighbours.as_str()
+                )
+            } else {
+                format!("the {variant:?} variant is not one it serves")
+            };
+            return Err(PartyError::Unimplemented(format!(
+                "{why}; this party serves {}",
+                served.join(", ")
+            )));
+        }
         if plan.chains == 0 {
-            return Err(PartyError::InvalidArgument(
-                "chains must be at least 1".into(),
-            ));
+            return invalid("chains must be at least 1".into());
         }
         let max_chains = self.limits.max_chains;
         if plan.chains > max_chains {
@@ -482,42 +564,109 @@ impl PartyNode {
             )));
         }
         if plan.steps_per_chain == 0 {
-            return Err(PartyError::InvalidArgument(
-                "steps_per_chain must be at least 1".into(),
-            ));
+            return invalid("steps_per_chain must be at least 1".into());
         }
-        if !(plan.clip.is_finite() && plan.clip > 0.0) {
-            return Err(PartyError::InvalidArgument(format!(
-                "clip must be a positive number, got {}",
-                plan.clip
-            )));
-        }
-        if let NoiseRequest::Tau(tau) = plan.noise {
-            let n = self.data.n();
-            let s = tau * (n as f64).sqrt();
-            let (low, high) = NOISE_MULTIPLIERS;
-            if !(tau.is_finite() && tau > 0.0) {
-                return Err(PartyError::InvalidArgument(format!(
-                    "tau must be a positive number, got {tau}"
-                )));
+        let n = self.data.n() as u64;
+        // The smallest batch each minibatch variant takes: σ²_b needs two rows; Räisä 2020,
+        // Thm 3.3 needs an order 2 < α < b/5.
+        let min_batch = match variant {
+            MINIBATCH_PENALTY => Some(2),
+            BARKER => Some(16),
+            _ => None,
+        };
+        match (min_batch, plan.batch_size) {
+            (None, None) => {}
+            (None, Some(b)) => {
+                return invalid(format!("a {variant} run takes no batch size, got {b}"));
             }
-            if !(low..=high).contains(&s) {
-                return Err(PartyError::InvalidArgument(format!(
-                    "tau = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
-                )));
+            (Some(_), None) => {
+                return invalid(format!("a {variant} run needs a batch size"));
+            }
+            (Some(min), Some(b)) if b < min || b > n => {
+                return invalid(format!(
+                    "a {variant} run needs a batch of {min} to {n} rows (this party's row count), got {b}"
+                ));
+            }
+            (Some(_), Some(_)) => {}
+        }
+        if variant == BARKER {
+            if plan.clip != 0.0 {
+                return invalid(format!(
+                    "a {BARKER} run's clip is fixed by its batch and variance share (Räisä 2020, Thm 3.3); leave clip unset, got {}",
+                    plan.clip
+                ));
+            }
+            match plan.barker_variance {
+                Some(c)
+                    if c.is_finite()
+                        && c > 0.0
+                        && c < fedmcmc_common::barker::LOGISTIC_VARIANCE => {}
+                other => {
+                    return invalid(format!(
+                        "a {BARKER} run needs this party's share of the noise variance C, between 0 and π²/3, got {other:?}"
+                    ));
+                }
+            }
+        } else {
+            if !(plan.clip.is_finite() && plan.clip > 0.0) {
+                return invalid(format!("clip must be a positive number, got {}", plan.clip));
+            }
+            if let Some(c) = plan.barker_variance {
+                return invalid(format!(
+                    "a {variant} run takes no Barker variance share, got {c}"
+                ));
             }
         }
+        let noise = match (variant, plan.noise) {
+            // DP Barker's noise is its variance share; its multiplier follows from the batch.
+            (BARKER, NoiseRequest::Calibrate) => {
+                let s = barker_noise_multiplier(plan.batch_size.unwrap_or(1));
+                NoiseRequest::Tau(s / (n as f64).sqrt())
+            }
+            (BARKER, NoiseRequest::Tau(tau)) => {
+                return invalid(format!(
+                    "a {BARKER} run's noise is fixed by its variance share; ask the party to calibrate instead of giving tau = {tau}"
+                ));
+            }
+            (_, NoiseRequest::Tau(tau)) => {
+                let s = tau * (n as f64).sqrt();
+                let (low, high) = NOISE_MULTIPLIERS;
+                if !(tau.is_finite() && tau > 0.0) {
+                    return invalid(format!("tau must be a positive number, got {tau}"));
+                }
+                if !(low..=high).contains(&s) {
+                    return invalid(format!(
+                        "tau = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
+                    ));
+                }
+                plan.noise
+            }
+            (_, NoiseRequest::Calibrate) => plan.noise,
+        };
+        let population = plan.batch_size.map(|_| n);
+        let mechanism = mechanism_of(variant, plan.batch_size, population)
+            .map_err(PartyError::InvalidArgument)?;
         let releases = (plan.chains as u64)
             .checked_mul(plan.steps_per_chain)
             .filter(|&k| k <= 1 << 53)
             .ok_or_else(|| PartyError::InvalidArgument("the plan has too many steps".into()))?;
-        Ok((mechanism, releases))
+        Ok(Checked {
+            mechanism,
+            releases,
+            noise,
+            population,
+        })
     }
 
     /// Admits a run if its whole plan fits what is left (other open runs' reservations
     /// counted), calibrating or checking τ, and reserves it durably before answering.
     pub async fn open_run(&self, plan: Plan, fingerprint: &str) -> Result<Grant, PartyError> {
-        let (mechanism, releases) = self.check_plan(&plan, fingerprint)?;
+        let Checked {
+            mechanism,
+            releases,
+            noise,
+            population,
+        } = self.check_plan(&plan, fingerprint)?;
         let _admission = self.admission.lock().await;
         let max_open_runs = self.limits.max_open_runs;
         if self.open_runs() >= max_open_runs as usize {
@@ -533,7 +682,7 @@ impl PartyNode {
                 mechanism,
                 releases,
                 self.data.n() as u64,
-                plan.noise,
+                noise,
             )
         };
         // A numerical accountant (a PLD calibration) may compute for seconds.
@@ -547,6 +696,9 @@ impl PartyNode {
             clip: plan.clip,
             tau: admitted.tau,
             noise_multiplier: admitted.noise_multiplier,
+            batch_size: plan.batch_size,
+            population,
+            barker_variance: plan.barker_variance,
         };
         self.ledger.open_run(&run_id, &terms).await?;
         let state = RunState::from_record(

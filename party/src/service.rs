@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
-use crate::node::{FULL_PENALTY, PartyNode, Plan};
+use crate::node::{BARKER, FULL_PENALTY, MINIBATCH_PENALTY, PartyNode, Plan, variants_served};
 use crate::release::StepKey;
 use crate::statistics::Query;
 
@@ -46,16 +46,19 @@ pub fn variant_name(v: pb::Variant) -> &'static str {
     match v {
         pb::Variant::Unspecified => "unspecified",
         pb::Variant::FullPenalty => FULL_PENALTY,
-        pb::Variant::MinibatchPenalty => "minibatch-penalty",
-        pb::Variant::Barker => "barker",
+        pb::Variant::MinibatchPenalty => MINIBATCH_PENALTY,
+        pb::Variant::Barker => BARKER,
         pb::Variant::Hmc => "hmc",
         pb::Variant::SufficientStatistics => "sufficient-statistics",
     }
 }
 
-fn variant_from_name(name: &str) -> pb::Variant {
+/// The wire number of a variant name (`Unspecified` for a name that is none).
+pub fn variant_from_name(name: &str) -> pb::Variant {
     match name {
         FULL_PENALTY => pb::Variant::FullPenalty,
+        MINIBATCH_PENALTY => pb::Variant::MinibatchPenalty,
+        BARKER => pb::Variant::Barker,
         _ => pb::Variant::Unspecified,
     }
 }
@@ -87,6 +90,14 @@ async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution
     let key = step_key(req.key.as_ref())?;
     let query = match &req.query {
         Some(pb::step_request::Query::LogLikRatio(q)) => Query::LogLikRatio {
+            theta: &q.theta,
+            theta_proposed: &q.theta_proposed,
+        },
+        Some(pb::step_request::Query::MinibatchLogLikRatio(q)) => Query::MinibatchLogLikRatio {
+            theta: &q.theta,
+            theta_proposed: &q.theta_proposed,
+        },
+        Some(pb::step_request::Query::BarkerLogLikRatio(q)) => Query::BarkerLogLikRatio {
             theta: &q.theta,
             theta_proposed: &q.theta_proposed,
         },
@@ -160,8 +171,9 @@ impl Party for PartyService {
         };
         let variant = pb::Variant::try_from(plan.variant).map_err(|_| {
             Status::unimplemented(format!(
-                "variant number {} is not a variant of {PROTOCOL_VERSION}; this party serves {FULL_PENALTY}",
-                plan.variant
+                "variant number {} is not a variant of {PROTOCOL_VERSION}; this party serves {}",
+                plan.variant,
+                variants_served(self.node.neighbours).join(", ")
             ))
         })?;
         let grant = self
@@ -173,6 +185,9 @@ impl Party for PartyService {
                     steps_per_chain: plan.steps_per_chain,
                     clip: plan.clip,
                     noise,
+                    // proto3 has no absent numbers: 0 means not given.
+                    batch_size: (plan.batch_size != 0).then_some(plan.batch_size),
+                    barker_variance: (plan.barker_variance != 0.0).then_some(plan.barker_variance),
                 },
                 &req.model_fingerprint,
             )

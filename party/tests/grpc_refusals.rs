@@ -398,10 +398,10 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    let mut barker = plan(1, 1, tau(1.0));
-    barker.variant = pb::Variant::Barker as i32;
+    let mut hmc = plan(1, 1, tau(1.0));
+    hmc.variant = pb::Variant::Hmc as i32;
     assert_eq!(
-        open(&mut c, &party.fingerprint, barker)
+        open(&mut c, &party.fingerprint, hmc)
             .await
             .unwrap_err()
             .code(),

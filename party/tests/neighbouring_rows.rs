@@ -4,7 +4,7 @@
 //! them identically, with finite answers (DESIGN §1; the contract in `release.rs`).
 mod contract;
 
-use contract::{Call, Decision, Neighbouring, RunRef, StepAt, plan, step, tau};
+use contract::{Call, Decision, Neighbouring, QueryKind, RunRef, StepAt, plan, step, tau};
 use fedmcmc_party::config::BudgetConfig;
 use fedmcmc_proto::v1 as pb;
 use proptest::prelude::*;
@@ -91,6 +91,7 @@ fn battery() -> Vec<Call> {
         calls.push(step(4, 0, theta, prop));
     }
     let key = |run, chain, step: StepAt, theta: Vec<f64>, theta_proposed: Vec<f64>| Call::Step {
+        kind: QueryKind::Full,
         run,
         chain,
         step,
@@ -236,6 +237,7 @@ fn hostile_step() -> impl Strategy<Value = Call> {
         0..3usize,
     )
         .prop_map(|((theta, theta_proposed), chain, step, run)| Call::Step {
+            kind: QueryKind::Full,
             run: RunRef::Slot(run),
             chain,
             step,

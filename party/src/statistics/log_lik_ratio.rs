@@ -4,39 +4,33 @@
 use fedmcmc_common::clip;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
+use rand_chacha::ChaCha20Rng;
 
-use super::{Public, Statistic, check_theta};
-use crate::error::PartyError;
+use super::{Computed, Public, Statistic};
 use crate::release::Bound;
 
 /// A ratio query whose θ and θ′ passed the public checks.
 pub struct LogLikRatio<'a> {
-    theta: &'a [f64],
-    theta_proposed: &'a [f64],
+    pub(super) theta: &'a [f64],
+    pub(super) theta_proposed: &'a [f64],
 }
 
-impl<'a> LogLikRatio<'a> {
-    pub fn new(
-        model: &dyn Model,
-        theta: &'a [f64],
-        theta_proposed: &'a [f64],
-    ) -> Result<Self, PartyError> {
-        check_theta(model, "theta", theta)?;
-        check_theta(model, "theta_proposed", theta_proposed)?;
-        Ok(LogLikRatio {
-            theta,
-            theta_proposed,
-        })
-    }
+/// The per-row bound on the tempered term: the clip bounds the untempered ratio, as the
+/// thesis does (Räisä 2020, Lemma 3.4), so its published clip values transfer:
+/// T·clip(r_x, b) = clip(T·r_x, T·b).
+pub(super) fn tempered_row_bound(
+    public: &Public<'_>,
+    theta: &[f64],
+    theta_proposed: &[f64],
+) -> f64 {
+    public.model.temperature() * clip::row_bound(public.clip, theta, theta_proposed)
 }
 
 impl Statistic for LogLikRatio<'_> {
-    /// Per-row Lipschitz clip (Räisä 2020, Sec. 3.1) on the untempered ratio, as the thesis
-    /// does (Lemma 3.4), so its published clip values transfer: the release is
-    /// T·Σ clip(r_x, b) = Σ clip(T·r_x, T·b), with sensitivity T times the untempered one.
+    /// Per-row Lipschitz clip (Räisä 2020, Sec. 3.1) on the untempered ratio: the release
+    /// T·Σ clip(r_x, b) has sensitivity T times the untempered one.
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let row = public.model.temperature()
-            * clip::row_bound(public.clip, self.theta, self.theta_proposed);
+        let row = tempered_row_bound(public, self.theta, self.theta_proposed);
         Bound {
             row,
             sensitivity: public.neighbours.clipped_sum_sensitivity(row),
@@ -44,8 +38,17 @@ impl Statistic for LogLikRatio<'_> {
         }
     }
 
-    fn compute(&self, model: &dyn Model, rows: &Columns, bound: &Bound) -> Vec<f64> {
+    fn compute(
+        &self,
+        model: &dyn Model,
+        rows: &Columns,
+        bound: &Bound,
+        _: &mut ChaCha20Rng,
+    ) -> Computed {
         let sum = model.clipped_llr_sum(rows, self.theta, self.theta_proposed, bound.row);
-        vec![sum.sum]
+        Computed {
+            value: vec![sum.sum],
+            inherent_variance: 0.0,
+        }
     }
 }

@@ -28,8 +28,9 @@ use tonic::{Code, Request};
 #[derive(Clone, Debug)]
 pub enum Call {
     Open(pb::RunPlan),
-    /// A log-likelihood-ratio step.
+    /// A log-likelihood-ratio step of one of the ratio queries.
     Step {
+        kind: QueryKind,
         run: RunRef,
         chain: u32,
         step: StepAt,
@@ -37,6 +38,14 @@ pub enum Call {
         theta_proposed: Vec<f64>,
     },
     Close(RunRef),
+}
+
+/// Which ratio query a step asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryKind {
+    Full,
+    Minibatch,
+    Barker,
 }
 
 /// Which run a call names.
@@ -160,6 +169,7 @@ impl Subject {
                 }
             }
             Call::Step {
+                kind,
                 run,
                 chain,
                 step,
@@ -184,10 +194,19 @@ impl Subject {
                         chain: *chain,
                         step,
                     }),
-                    query: Some(pb::step_request::Query::LogLikRatio(pb::LogLikRatioQuery {
-                        theta: theta.clone(),
-                        theta_proposed: theta_proposed.clone(),
-                    })),
+                    query: Some({
+                        let q = pb::LogLikRatioQuery {
+                            theta: theta.clone(),
+                            theta_proposed: theta_proposed.clone(),
+                        };
+                        match kind {
+                            QueryKind::Full => pb::step_request::Query::LogLikRatio(q),
+                            QueryKind::Minibatch => {
+                                pb::step_request::Query::MinibatchLogLikRatio(q)
+                            }
+                            QueryKind::Barker => pb::step_request::Query::BarkerLogLikRatio(q),
+                        }
+                    }),
                 };
                 match self.service.step(Request::new(req)).await {
                     Ok(c) => {
@@ -269,6 +288,31 @@ impl Neighbouring {
     }
 }
 
+/// A minibatch-penalty plan with `batch` rows per step.
+pub fn minibatch_plan(
+    chains: u32,
+    steps: u64,
+    clip: f64,
+    batch: u64,
+    noise: pb::run_plan::Noise,
+) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::MinibatchPenalty as i32,
+        batch_size: batch,
+        ..plan(chains, steps, clip, noise)
+    }
+}
+
+/// A DP Barker plan: `batch` rows per step, variance share `share`, the party calibrating.
+pub fn barker_plan(chains: u32, steps: u64, batch: u64, share: f64) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::Barker as i32,
+        batch_size: batch,
+        barker_variance: share,
+        ..plan(chains, steps, 0.0, pb::run_plan::Noise::Calibrate(true))
+    }
+}
+
 /// A full-data penalty plan.
 pub fn plan(chains: u32, steps: u64, clip: f64, noise: pb::run_plan::Noise) -> pb::RunPlan {
     pb::RunPlan {
@@ -285,9 +329,21 @@ pub fn tau(t: f64) -> pb::run_plan::Noise {
     pb::run_plan::Noise::Tau(t)
 }
 
-/// The next step of `chain` in run slot `run` at (θ, θ′).
+/// The next full-data step of `chain` in run slot `run` at (θ, θ′).
 pub fn step(run: usize, chain: u32, theta: &[f64], theta_proposed: &[f64]) -> Call {
+    step_as(QueryKind::Full, run, chain, theta, theta_proposed)
+}
+
+/// The next step of `chain` in run slot `run` at (θ, θ′), asking query `kind`.
+pub fn step_as(
+    kind: QueryKind,
+    run: usize,
+    chain: u32,
+    theta: &[f64],
+    theta_proposed: &[f64],
+) -> Call {
     Call::Step {
+        kind,
         run: RunRef::Slot(run),
         chain,
         step: StepAt::Next,

@@ -5,7 +5,7 @@ use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::{Budget, NoiseRequest};
 use fedmcmc_party::error::PartyError;
 use fedmcmc_party::ledger::{Ledger, RunRecord};
-use fedmcmc_party::node::{FULL_PENALTY, Grant, Plan};
+use fedmcmc_party::node::{Grant, Plan};
 use rand::SeedableRng;
 
 /// OpenRun of a full-penalty plan with clip 2.
@@ -16,17 +16,8 @@ pub async fn open(
     steps: u64,
     noise: NoiseRequest,
 ) -> Result<Grant, PartyError> {
-    node.open_run(
-        Plan {
-            variant: FULL_PENALTY.into(),
-            chains,
-            steps_per_chain: steps,
-            clip: 2.0,
-            noise,
-        },
-        fingerprint,
-    )
-    .await
+    node.open_run(Plan::full_penalty(chains, steps, 2.0, noise), fingerprint)
+        .await
 }
 
 /// A party over `rows` rows simulated from the flat banana (seed 3) with `budget` and

@@ -1,0 +1,153 @@
+//! The subsampled log-likelihood ratio of the minibatch variants: each release draws its own
+//! batch B of b rows without replacement from the party's n, with the release's secret
+//! generator (the amplification by subsampling that their accounting counts on needs the
+//! batch kept secret), and estimates the full-data ratio by
+//!
+//!   λ* = (n/b)·Σ_{x∈B} t_x,   σ²_b = (n/b)²·Σ_{x∈B} (t_x − t̄)²,
+//!
+//! t_x = T·clip(r_x) the tempered clipped per-row terms (Räisä 2020, Sec. 3.4). Two variants
+//! release it differently:
+//!
+//! * minibatch DP penalty ([`MinibatchRatio`]): λ* − ½σ²_b plus Gaussian noise, the
+//!   sensitivity Δλ + ½Δσ²_b of Lemma 3.4 (Thm 3.5); the coordinator's penalty test then
+//!   subtracts ½Σσᵢ² for the added noise as in the full-data test;
+//! * DP Barker ([`BarkerRatio`]): λ* plus noise N(0, Cᵢ − σ²_b), topping the batch's own
+//!   variance up to the party's share Cᵢ of the total C (Heikkilä et al. 2019; Räisä 2020,
+//!   Alg. 3). Its clip is fixed by Thm 3.3 instead of chosen (below).
+use fedmcmc_common::data::Columns;
+use fedmcmc_common::models::Model;
+use rand_chacha::ChaCha20Rng;
+
+use super::log_lik_ratio::tempered_row_bound;
+use super::{Computed, Public, Statistic};
+use crate::release::Bound;
+
+/// The minibatch DP penalty's query, after the public checks.
+pub struct MinibatchRatio<'a> {
+    pub(super) theta: &'a [f64],
+    pub(super) theta_proposed: &'a [f64],
+    pub(super) batch: u64,
+}
+
+/// DP Barker's query, after the public checks; `share` is this party's Cᵢ.
+pub struct BarkerRatio<'a> {
+    pub(super) theta: &'a [f64],
+    pub(super) theta_proposed: &'a [f64],
+    pub(super) batch: u64,
+    pub(super) share: f64,
+}
+
+/// λ* and σ²_b of a fresh secret batch, its terms clipped to `row`.
+fn batch_estimate(
+    model: &dyn Model,
+    rows: &Columns,
+    theta: &[f64],
+    theta_proposed: &[f64],
+    batch: u64,
+    row: f64,
+    rng: &mut ChaCha20Rng,
+) -> (f64, f64) {
+    let (n, b) = (rows.n(), batch as usize);
+    let picked = rand::seq::index::sample(rng, n, b).into_vec();
+    let batch_rows = rows.select(&picked);
+    let mut terms = vec![0.0; b];
+    model.clipped_llr_terms(&batch_rows, theta, theta_proposed, row, &mut terms);
+    let scale = n as f64 / b as f64;
+    let sum: f64 = terms.iter().sum();
+    let mean = sum / b as f64;
+    let spread: f64 = terms.iter().map(|t| (t - mean) * (t - mean)).sum();
+    (scale * sum, scale * scale * spread)
+}
+
+impl Statistic for MinibatchRatio<'_> {
+    /// Substitute neighbours (the only relation the party serves this variant under): with
+    /// per-row bound t = T·clip·‖θ′ − θ‖ and a = n/b, Δλ = 2at and ½Δσ²_b ≤ 3(b − 1)a²t²/b
+    /// (Räisä 2020, Lemma 3.4: 3(b−1)n²T²L²‖θ′−θ‖²/b³); their sum bounds the sensitivity of
+    /// λ* − ½σ²_b (Thm 3.5). The value is within n·t + ½·a·n·t² (σ²_b ≤ a²·b·t²).
+    fn bound(&self, public: &Public<'_>) -> Bound {
+        let row = tempered_row_bound(public, self.theta, self.theta_proposed);
+        let (n, b) = (public.rows as f64, self.batch as f64);
+        let a = n / b;
+        let lambda = 2.0 * a * row;
+        let half_variance = 3.0 * (b - 1.0) * a * a * row * row / b;
+        Bound {
+            row,
+            sensitivity: lambda + half_variance,
+            statistic: n * row + 0.5 * a * n * row * row,
+        }
+    }
+
+    fn compute(
+        &self,
+        model: &dyn Model,
+        rows: &Columns,
+        bound: &Bound,
+        rng: &mut ChaCha20Rng,
+    ) -> Computed {
+        let (lambda, variance) = batch_estimate(
+            model,
+            rows,
+            self.theta,
+            self.theta_proposed,
+            self.batch,
+            bound.row,
+            rng,
+        );
+        Computed {
+            value: vec![lambda - 0.5 * variance],
+            inherent_variance: 0.0,
+        }
+    }
+}
+
+/// The noise multiplier of a DP Barker release with batch b: its total noise std √Cᵢ over its
+/// sensitivity √(2Cᵢ/b) (see [`BarkerRatio::bound`]).
+pub fn barker_noise_multiplier(batch: u64) -> f64 {
+    (batch as f64 / 2.0).sqrt()
+}
+
+impl Statistic for BarkerRatio<'_> {
+    /// Räisä 2020, Thm 3.3 holds for total noise variance 2 and tempered per-row ratios within
+    /// √b/n, i.e. each row moves λ* by at most 1/√b. Scaling both, a party with share Cᵢ
+    /// clips each tempered term to t = √(Cᵢ/(2b))/a (a = n/b), so each row moves λ* by at
+    /// most √(Cᵢ/2)/√b: the theorem's bound holds for its releases at its q = b/n whatever
+    /// the share. The clip is fixed, not chosen; with shares and batches proportional to
+    /// the parties' rows it is the pooled √(C/2)·√b/n₀ on the untempered ratio (n₀ = nT).
+    ///
+    /// It also keeps the top-up possible: σ²_b ≤ a²·Σ t_x² ≤ a²·b·t² = Cᵢ/2, so the added
+    /// noise Cᵢ − σ²_b never has to be negative (the papers assume C > σ²_b; here it holds by
+    /// construction). The noise std √Cᵢ over the sensitivity 2at = √(2Cᵢ/b) gives the
+    /// multiplier √(b/2).
+    fn bound(&self, public: &Public<'_>) -> Bound {
+        let (n, b) = (public.rows as f64, self.batch as f64);
+        let a = n / b;
+        let row = (self.share / (2.0 * b)).sqrt() / a;
+        Bound {
+            row,
+            sensitivity: 2.0 * a * row,
+            statistic: n * row,
+        }
+    }
+
+    fn compute(
+        &self,
+        model: &dyn Model,
+        rows: &Columns,
+        bound: &Bound,
+        rng: &mut ChaCha20Rng,
+    ) -> Computed {
+        let (lambda, variance) = batch_estimate(
+            model,
+            rows,
+            self.theta,
+            self.theta_proposed,
+            self.batch,
+            bound.row,
+            rng,
+        );
+        Computed {
+            value: vec![lambda],
+            inherent_variance: variance,
+        }
+    }
+}
