@@ -1,7 +1,9 @@
 //! Iterations per second of the DP-penalty sampler, in-process and over gRPC loopback, in
-//! one run on one machine (issue 3). The thesis's flat banana d = 2 setting: n = 100 000
-//! rows, τ = 0.1, proposal sd 0.008, clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so
-//! the run is long enough to time; the budget does not change the work per iteration.
+//! one run on one machine (issue 3), then of each variant in-process on the same data
+//! (issue 10): full-data penalty, minibatch penalty and DP Barker with b = 1000 rows per step.
+//! The thesis's flat banana d = 2 setting: n = 100 000 rows, τ = 0.1, proposal sd 0.008,
+//! clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so the run is long enough to time;
+//! the budget does not change the work per iteration.
 //!
 //! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS]`
 use std::sync::Arc;
@@ -10,9 +12,10 @@ use std::time::Instant;
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_coordinator::federation::grpc::GrpcParty;
 use fedmcmc_coordinator::federation::local::nodes;
-use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle, RunPlan};
+use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle};
 use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, Quiet, SamplerConfig};
+use fedmcmc_coordinator::variant::Variant;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::config::BudgetConfig;
 use rand::SeedableRng;
@@ -48,23 +51,22 @@ fn setting() -> Setting {
 async fn time_chains<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     spec: &ModelSpec,
+    variant: Variant,
     chains: u32,
     iterations: u64,
 ) -> (f64, f64) {
     let model = spec.build().unwrap();
-    federation
-        .open(
-            &RunPlan {
-                chains,
-                steps_per_chain: iterations,
-                clip: 2.0,
-                noise: NoiseChoice::Tau(0.1),
-            },
-            &model.fingerprint(),
-        )
-        .await
+    let infos = federation.describe().await.unwrap();
+    let (clip, noise) = match variant {
+        Variant::Barker { .. } => (0.0, NoiseChoice::Calibrate),
+        _ => (2.0, NoiseChoice::Tau(0.1)),
+    };
+    let plans = variant
+        .plans(&infos, chains, iterations, clip, noise)
         .unwrap();
+    federation.open(&plans, &model.fingerprint()).await.unwrap();
     let config = SamplerConfig {
+        variant,
         chains,
         iterations,
         warmup: 1,
@@ -139,10 +141,11 @@ fn main() {
             let local = Arc::new(Federation::new(
                 nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
             ));
-            let in_process = time_chains(local, &s.spec, chains, iterations).await;
+            let penalty = Variant::Penalty;
+            let in_process = time_chains(local, &s.spec, penalty, chains, iterations).await;
             let (grpc, stops) =
                 serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
-            let over_grpc = time_chains(Arc::new(grpc), &s.spec, chains, iterations).await;
+            let over_grpc = time_chains(Arc::new(grpc), &s.spec, penalty, chains, iterations).await;
             stops.into_iter().for_each(|s| {
                 let _ = s.send(());
             });
@@ -150,7 +153,8 @@ fn main() {
             std::fs::create_dir_all(&ledgers).unwrap();
             let (durable, stops) =
                 serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-            let durable = time_chains(Arc::new(durable), &s.spec, chains, iterations / 4).await;
+            let durable =
+                time_chains(Arc::new(durable), &s.spec, penalty, chains, iterations / 4).await;
             stops.into_iter().for_each(|s| {
                 let _ = s.send(());
             });
@@ -169,6 +173,31 @@ fn main() {
                 "{chains} chain(s): gRPC / in-process = {:.2}; durable gRPC / in-process = {:.2}",
                 grpc / local,
                 durable / local
+            );
+        }
+        println!();
+        println!(
+            "{:<60} {:>14} {:>12}",
+            "variant (in-process, 1 chain)", "it/s", "/ penalty"
+        );
+        let mut penalty = None;
+        for variant in [
+            Variant::Penalty,
+            Variant::MinibatchPenalty { batch_size: 1000 },
+            Variant::Barker {
+                batch_size: 1000,
+                c: 2.0,
+            },
+        ] {
+            let local = Arc::new(Federation::new(
+                nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+            ));
+            let (rate, _) = time_chains(local, &s.spec, variant, 1, iterations).await;
+            let base = *penalty.get_or_insert(rate);
+            println!(
+                "{:<60} {rate:>14.0} {:>12.2}",
+                variant.describe(),
+                rate / base
             );
         }
     });

@@ -16,10 +16,12 @@ use crate::interrupt::{Signal, Stop};
 use crate::output;
 use crate::planning;
 use crate::sampler::{self, ChainTrace, Progress, SamplerConfig};
+use crate::variant::Variant;
 
 /// What the analyst chose; `None` for iterations or τ lets planning decide.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSettings {
+    pub variant: Variant,
     pub chains: u32,
     pub iterations: Option<u64>,
     pub tau: Option<f64>,
@@ -41,6 +43,8 @@ pub struct Inits {
 
 pub struct JobResult {
     pub parties: Vec<PartyInfo>,
+    /// Each party's run plan, in party order.
+    pub plans: Vec<RunPlan>,
     pub grants: Vec<Grant>,
     pub closed: Vec<Closed>,
     pub sampler: SamplerConfig,
@@ -99,10 +103,17 @@ pub async fn run<P: PartyHandle>(
             );
         }
     }
-    let planned = planning::plan(&parties, settings.chains, settings.tau, settings.iterations)
-        .map_err(anyhow::Error::msg)?;
+    let planned = planning::plan(
+        &parties,
+        &settings.variant,
+        settings.chains,
+        settings.tau,
+        settings.iterations,
+    )
+    .map_err(anyhow::Error::msg)?;
     let warmup = settings.warmup.unwrap_or(planned.iterations / 2);
     let config = SamplerConfig {
+        variant: settings.variant,
         chains: settings.chains,
         iterations: planned.iterations,
         warmup,
@@ -115,16 +126,20 @@ pub async fn run<P: PartyHandle>(
     config.check(&inits.points, model.dim())?;
     check_draws(&config)?;
     output::prepare_dir(out)?;
-    let plan = RunPlan {
-        chains: settings.chains,
-        steps_per_chain: planned.iterations,
-        clip: settings.clip,
-        noise: planned.noise,
-    };
+    let plans = settings
+        .variant
+        .plans(
+            &parties,
+            settings.chains,
+            planned.iterations,
+            settings.clip,
+            planned.noise,
+        )
+        .map_err(anyhow::Error::msg)?;
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }
-    let grants = federation.open(&plan, &model.fingerprint()).await?;
+    let grants = federation.open(&plans, &model.fingerprint()).await?;
     for (p, g) in parties.iter().zip(&grants) {
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
     }
@@ -147,6 +162,7 @@ pub async fn run<P: PartyHandle>(
     Ok(JobResult {
         interrupted: stop.signal().filter(|_| cut_short),
         parties,
+        plans,
         grants,
         closed: closed?,
         sampler: config,

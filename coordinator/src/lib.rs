@@ -19,3 +19,4 @@ pub mod progress;
 pub mod remote;
 pub mod sampler;
 pub mod simulate;
+pub mod variant;

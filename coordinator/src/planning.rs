@@ -8,6 +8,7 @@
 use fedmcmc_common::accountant;
 
 use crate::federation::{NoiseChoice, PartyInfo};
+use crate::variant::Variant;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Planned {
@@ -21,9 +22,12 @@ pub fn releases_that_fit(party: &PartyInfo, tau: f64) -> u64 {
     (party.mu_remaining / per_release).floor() as u64
 }
 
-/// Chooses iterations per chain and the noise, or says why nothing fits.
+/// Chooses iterations per chain and the noise, or says why nothing fits. The closed form
+/// above covers the full-data variant; the subsampled ones are planned by the parties'
+/// accountants at OpenRun, so they need the iterations (DP Barker's noise is fixed by C).
 pub fn plan(
     parties: &[PartyInfo],
+    variant: &Variant,
     chains: u32,
     tau: Option<f64>,
     iterations: Option<u64>,
@@ -32,6 +36,21 @@ pub fn plan(
         && !(t.is_finite() && t > 0.0)
     {
         return Err(format!("tau must be a positive number, got {t}"));
+    }
+    match (variant, tau, iterations) {
+        (Variant::Penalty, ..) => {}
+        (Variant::Barker { .. }, Some(t), _) => {
+            return Err(format!(
+                "the barker variant's noise is its total variance C, not a tau ({t}): leave --tau out"
+            ));
+        }
+        (_, _, None) => {
+            return Err(format!(
+                "the {} variant needs --iterations: each party's accountant then checks that its subsampled releases fit (and calibrates the noise unless --tau is given)",
+                variant.name()
+            ));
+        }
+        (_, _, Some(_)) => {}
     }
     match (tau, iterations) {
         (None, None) => Err("give --tau, --iterations, or both".into()),
@@ -110,16 +129,34 @@ mod tests {
             party("big", 90_000, 4.0, 1e-6),
             party("small", 10_000, 4.0, 1e-6),
         ];
-        let planned = plan(&parties, 2, Some(0.1), None).unwrap();
+        let planned = plan(&parties, &Variant::Penalty, 2, Some(0.1), None).unwrap();
         assert_eq!(planned.iterations, releases_that_fit(&parties[1], 0.1) / 2);
-        let err = plan(&parties, 2, Some(0.1), Some(planned.iterations + 1)).unwrap_err();
+        let err = plan(
+            &parties,
+            &Variant::Penalty,
+            2,
+            Some(0.1),
+            Some(planned.iterations + 1),
+        )
+        .unwrap_err();
         assert!(err.contains("budget") && err.contains("small"), "{err}");
-        assert!(plan(&parties, 2, Some(0.1), Some(planned.iterations)).is_ok());
+        assert!(
+            plan(
+                &parties,
+                &Variant::Penalty,
+                2,
+                Some(0.1),
+                Some(planned.iterations)
+            )
+            .is_ok()
+        );
         assert_eq!(
-            plan(&parties, 2, None, Some(10)).unwrap().noise,
+            plan(&parties, &Variant::Penalty, 2, None, Some(10))
+                .unwrap()
+                .noise,
             NoiseChoice::Calibrate
         );
-        assert!(plan(&parties, 2, None, None).is_err());
-        assert!(plan(&parties, 2, Some(-1.0), None).is_err());
+        assert!(plan(&parties, &Variant::Penalty, 2, None, None).is_err());
+        assert!(plan(&parties, &Variant::Penalty, 2, Some(-1.0), None).is_err());
     }
 }

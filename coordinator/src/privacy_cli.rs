@@ -111,8 +111,9 @@ struct Noise {
 /// How each release of the --noise-multiplier mechanism samples the data.
 #[derive(Args, Debug)]
 struct MechanismArgs {
-    /// gaussian, poisson-gaussian (needs --sampling-rate) or batch-gaussian (needs --batch and
-    /// --population).
+    /// gaussian, poisson-gaussian (needs --sampling-rate), batch-gaussian (needs --batch and
+    /// --population) or dp-barker (needs --batch and --population; Räisä 2020, Thm 3.3: its
+    /// noise is fixed, so the noise multiplier is not used, and only rdp covers it).
     #[arg(long, value_name = "M", default_value = "gaussian")]
     mechanism: String,
     /// Poisson sampling rate q in (0, 1].

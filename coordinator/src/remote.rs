@@ -11,6 +11,7 @@ use crate::federation::grpc::GrpcParty;
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
 use crate::output::{self, Report};
+use crate::variant::{Variant, VariantName};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,12 +28,21 @@ pub struct RunConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SamplerSection {
+    /// `penalty` (default), `minibatch-penalty` or `barker`.
+    #[serde(default = "default_variant")]
+    pub variant: VariantName,
+    /// Minibatch variants: rows per step over the federation, split in proportion to the
+    /// parties' rows (default 1000).
+    pub batch_size: Option<u64>,
+    /// DP Barker: the total noise variance C (default 2; 0.5, 1 and 2 have fits).
+    pub barker_c: Option<f64>,
     #[serde(default = "default_chains")]
     pub chains: u32,
     pub iterations: Option<u64>,
     pub tau: Option<f64>,
     pub warmup: Option<u64>,
-    pub clip: f64,
+    /// Required, except for DP Barker, whose clip the parties fix.
+    pub clip: Option<f64>,
     pub proposal_sd: f64,
     #[serde(default = "default_true")]
     pub adapt: bool,
@@ -44,6 +54,9 @@ pub struct SamplerSection {
     pub init: Vec<f64>,
 }
 
+fn default_variant() -> VariantName {
+    VariantName::Penalty
+}
 fn default_chains() -> u32 {
     4
 }
@@ -112,12 +125,21 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
         handles.push((p.name.clone(), handle));
     }
     let s = &config.sampler;
+    let variant = Variant::new(s.variant, s.batch_size, s.barker_c).map_err(anyhow::Error::msg)?;
     let settings = JobSettings {
+        variant,
         chains: s.chains,
         iterations: s.iterations,
         tau: s.tau,
         warmup: s.warmup,
-        clip: s.clip,
+        clip: match (&variant, s.clip) {
+            (Variant::Barker { .. }, None) => 0.0,
+            (Variant::Barker { .. }, Some(c)) => anyhow::bail!(
+                "clip = {c} does not apply to the barker variant: its clip follows from the batch and C (Räisä 2020, Thm 3.3)"
+            ),
+            (_, Some(c)) => c,
+            (v, None) => anyhow::bail!("the {} variant needs `clip` in [sampler]", v.name()),
+        },
         proposal_sd: s.proposal_sd,
         adapt: s.adapt,
         target_accept: s.target_accept,
@@ -138,10 +160,6 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
     )
     .await?;
     let mut comments = vec![
-        (
-            "method".to_string(),
-            "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".to_string(),
-        ),
         ("model".to_string(), serde_json::to_string(&config.model)?),
         ("init".to_string(), result.inits.label.clone()),
     ];

@@ -1,5 +1,5 @@
 //! Chains over a federation: the bookkeeping every kernel shares. Each chain runs its kernel
-//! (`kernels/`; the DP penalty of Yıldırım & Ermiş 2019, Alg. 2 today) once per iteration and
+//! (`kernels/`: the variant's, see `variant.rs`) once per iteration and
 //! records θ, the acceptance and the noise. Chains run concurrently as tasks; during warm-up
 //! each kernel adapts from its own chain's acceptance decisions, then is frozen. A [`Stop`] request, or another chain's failure, ends every
 //! chain after its current step, so the traces hold whatever was sampled before.
@@ -7,16 +7,20 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::models::Model;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Federation, FederationError, PartyHandle};
 use crate::interrupt::Stop;
-use crate::kernels::{ChainLink, Kernel, Penalty};
+use crate::kernels::{Barker, ChainLink, Kernel, Penalty};
+use crate::variant::Variant;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
+    /// Which kernel, with its parameters.
+    pub variant: Variant,
     pub chains: u32,
     /// Steps per chain, warm-up included; each step is one release per party.
     pub iterations: u64,
@@ -159,10 +163,11 @@ impl Halt {
     }
 }
 
-/// Runs one chain from `init` until its last step or a halt.
-async fn run_chain<P: PartyHandle>(
+/// Runs one chain of `kernel` from `init` until its last step or a halt.
+#[allow(clippy::too_many_arguments)] // one chain's whole context, passed into its task
+async fn run_chain<P: PartyHandle, K: Kernel>(
     federation: Arc<Federation<P>>,
-    model: Arc<dyn Model>,
+    mut kernel: K,
     config: SamplerConfig,
     chain: u32,
     init: Vec<f64>,
@@ -184,12 +189,6 @@ async fn run_chain<P: PartyHandle>(
         noise_variance: Vec::with_capacity(steps),
         scale: Vec::with_capacity(steps),
     };
-    let mut kernel = Penalty::new(
-        model,
-        config.proposal_sd,
-        config.target_accept,
-        config.penalise,
-    );
     let mut link = ChainLink::new(&federation, chain);
     let mut theta = init;
     for iteration in 0..config.iterations {
@@ -220,6 +219,39 @@ async fn run_chain<P: PartyHandle>(
     Ok(trace)
 }
 
+/// What every chain task of one `sample` call shares.
+struct Chains<'a, P> {
+    federation: &'a Arc<Federation<P>>,
+    config: &'a SamplerConfig,
+    inits: &'a [Vec<f64>],
+    progress: &'a Arc<dyn Progress>,
+    halt: &'a Arc<Halt>,
+}
+
+impl<P: PartyHandle> Chains<'_, P> {
+    /// One task per initial point, each with its own kernel from `kernel`.
+    fn spawn<K: Kernel + 'static>(
+        &self,
+        kernel: impl Fn() -> K,
+    ) -> Vec<tokio::task::JoinHandle<Result<ChainTrace, SampleError>>> {
+        self.inits
+            .iter()
+            .enumerate()
+            .map(|(c, init)| {
+                tokio::spawn(run_chain(
+                    Arc::clone(self.federation),
+                    kernel(),
+                    self.config.clone(),
+                    c as u32,
+                    init.clone(),
+                    Arc::clone(self.progress),
+                    Arc::clone(self.halt),
+                ))
+            })
+            .collect()
+    }
+}
+
 /// Runs `config.chains` chains concurrently, chain c from `inits[c]`. The federation's run
 /// must already be open with at least `chains × iterations` releases per party. Once `stop`
 /// is requested every chain ends after its current step and the traces so far come back;
@@ -238,21 +270,26 @@ pub async fn sample<P: PartyHandle>(
         stop: stop.clone(),
         failed: AtomicBool::new(false),
     });
-    let tasks: Vec<_> = inits
-        .into_iter()
-        .enumerate()
-        .map(|(c, init)| {
-            tokio::spawn(run_chain(
-                Arc::clone(&federation),
-                Arc::clone(&model),
-                config.clone(),
-                c as u32,
-                init,
-                Arc::clone(&progress),
-                Arc::clone(&halt),
-            ))
-        })
-        .collect();
+    let chains = Chains {
+        federation: &federation,
+        config,
+        inits: &inits,
+        progress: &progress,
+        halt: &halt,
+    };
+    let (sd, target) = (config.proposal_sd, config.target_accept);
+    let tasks = match config.variant {
+        Variant::Penalty | Variant::MinibatchPenalty { .. } => {
+            let minibatch = config.variant != Variant::Penalty;
+            chains
+                .spawn(|| Penalty::new(Arc::clone(&model), sd, target, config.penalise, minibatch))
+        }
+        Variant::Barker { c, .. } => {
+            let fit =
+                Arc::new(CorrectionFit::load(c).map_err(|e| SampleError::Config(e.to_string()))?);
+            chains.spawn(|| Barker::new(Arc::clone(&model), Arc::clone(&fit), sd, target))
+        }
+    };
     let mut traces = Vec::with_capacity(tasks.len());
     for task in tasks {
         traces.push(task.await.expect("chain task panicked"));

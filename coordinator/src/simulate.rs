@@ -21,6 +21,7 @@ use crate::federation::grpc::GrpcParty;
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
 use crate::output::{self, Report, summary::ExactReference};
+use crate::variant::{Variant, VariantName};
 
 /// Model presets selectable by name (Räisä 2020, Table 5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -81,8 +82,21 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub tau: Option<f64>,
     /// Iterations per chain, warm-up included. Without --tau, each party calibrates τ.
+    /// Required by the minibatch variants.
     #[arg(long)]
     pub iterations: Option<u64>,
+    /// Sampler: the full-data DP penalty (Yıldırım & Ermiş 2019), the minibatch DP penalty
+    /// (Räisä 2020, Sec. 3.4) or DP Barker (Heikkilä et al. 2019) [default: penalty].
+    #[arg(long, value_enum)]
+    pub variant: Option<VariantName>,
+    /// Minibatch variants: rows per step over the whole federation, split among the parties
+    /// in proportion to their rows; each party draws its share in secret [default: 1000].
+    #[arg(long)]
+    pub batch_size: Option<u64>,
+    /// DP Barker: the total noise variance C, split among the parties like the batch;
+    /// 0.5, 1 and 2 have correction fits [default: 2].
+    #[arg(long)]
+    pub barker_c: Option<f64>,
     /// Warm-up iterations per chain [default: half of the iterations].
     #[arg(long)]
     pub warmup: Option<u64>,
@@ -125,6 +139,9 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         delta: flags.delta.or(file.delta),
         tau: flags.tau.or(file.tau),
         iterations: flags.iterations.or(file.iterations),
+        variant: flags.variant.or(file.variant),
+        batch_size: flags.batch_size.or(file.batch_size),
+        barker_c: flags.barker_c.or(file.barker_c),
         warmup: flags.warmup.or(file.warmup),
         chains: flags.chains.or(file.chains),
         clip: flags.clip.or(file.clip),
@@ -179,6 +196,22 @@ impl Simulation {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let iterations = args.iterations;
+        let variant = Variant::new(
+            args.variant.unwrap_or(VariantName::Penalty),
+            args.batch_size,
+            args.barker_c,
+        )
+        .map_err(anyhow::Error::msg)?;
+        // The full-data variant may run as long as the budget allows at a default τ; the
+        // others are planned by the parties' accountants from their iterations.
+        if matches!(variant, Variant::Barker { .. })
+            && let Some(clip) = args.clip
+        {
+            anyhow::bail!(
+                "--clip {clip} does not apply to the barker variant: its clip follows from the batch and C (Räisä 2020, Thm 3.3)"
+            );
+        }
+        let default_tau = (iterations.is_none() && variant == Variant::Penalty).then_some(0.1);
         Ok(Simulation {
             spec,
             rows,
@@ -186,13 +219,10 @@ impl Simulation {
             epsilon: args.epsilon.unwrap_or(6.0),
             delta: args.delta.unwrap_or(0.1 / rows as f64),
             job: JobSettings {
+                variant,
                 chains: args.chains.unwrap_or(4),
                 iterations,
-                tau: args.tau.or(if iterations.is_none() {
-                    Some(0.1)
-                } else {
-                    None
-                }),
+                tau: args.tau.or(default_tau),
                 warmup: args.warmup,
                 clip: args.clip.unwrap_or(2.0),
                 proposal_sd: args.proposal_sd.unwrap_or(0.008),
@@ -425,10 +455,6 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     };
 
     let mut comments = vec![
-        (
-            "method".to_string(),
-            "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".to_string(),
-        ),
         ("model".to_string(), serde_json::to_string(&sim.spec)?),
         ("rows".to_string(), sim.rows.to_string()),
         ("parties".to_string(), sim.parties.to_string()),

@@ -110,6 +110,7 @@ fn setup_failing(fail_first: bool) -> Setup {
 
 fn settings(iterations: u64) -> JobSettings {
     JobSettings {
+        variant: fedmcmc_coordinator::variant::Variant::Penalty,
         chains: CHAINS,
         iterations: Some(iterations),
         tau: Some(1.0),

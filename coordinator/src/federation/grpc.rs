@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fedmcmc_party::service::variant_from_name;
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
@@ -166,7 +167,7 @@ impl PartyHandle for GrpcParty {
             .clone()
             .open_run(pb::OpenRunRequest {
                 plan: Some(pb::RunPlan {
-                    variant: pb::Variant::FullPenalty as i32,
+                    variant: variant_from_name(plan.variant) as i32,
                     chains: plan.chains,
                     steps_per_chain: plan.steps_per_chain,
                     clip: plan.clip,
@@ -174,6 +175,8 @@ impl PartyHandle for GrpcParty {
                         NoiseChoice::Tau(t) => pb::run_plan::Noise::Tau(t),
                         NoiseChoice::Calibrate => pb::run_plan::Noise::Calibrate(true),
                     }),
+                    batch_size: plan.batch_size.unwrap_or(0),
+                    barker_variance: plan.barker_variance.unwrap_or(0.0),
                     ..Default::default()
                 }),
                 model_fingerprint: fingerprint.to_string(),
@@ -204,15 +207,7 @@ impl PartyHandle for GrpcParty {
                 chain,
                 step,
             }),
-            query: Some(match query {
-                Query::LogLikRatio {
-                    theta,
-                    theta_proposed,
-                } => pb::step_request::Query::LogLikRatio(pb::LogLikRatioQuery {
-                    theta: theta.to_vec(),
-                    theta_proposed: theta_proposed.to_vec(),
-                }),
-            }),
+            query: Some(wire_query(query)),
         };
         let slot = self.slot(chain);
         let mut stream = slot.lock().await;
@@ -275,5 +270,28 @@ impl PartyHandle for GrpcParty {
             run_epsilon: c.run_epsilon,
             epsilon_committed: c.epsilon_committed,
         })
+    }
+}
+
+/// A query as the wire carries it.
+fn wire_query(query: Query<'_>) -> pb::step_request::Query {
+    use pb::step_request::Query as Wire;
+    let ratio = |theta: &[f64], theta_proposed: &[f64]| pb::LogLikRatioQuery {
+        theta: theta.to_vec(),
+        theta_proposed: theta_proposed.to_vec(),
+    };
+    match query {
+        Query::LogLikRatio {
+            theta,
+            theta_proposed,
+        } => Wire::LogLikRatio(ratio(theta, theta_proposed)),
+        Query::MinibatchLogLikRatio {
+            theta,
+            theta_proposed,
+        } => Wire::MinibatchLogLikRatio(ratio(theta, theta_proposed)),
+        Query::BarkerLogLikRatio {
+            theta,
+            theta_proposed,
+        } => Wire::BarkerLogLikRatio(ratio(theta, theta_proposed)),
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::NoiseRequest;
 use fedmcmc_party::error::PartyError;
-use fedmcmc_party::node::{FULL_PENALTY, Plan};
+use fedmcmc_party::node::Plan;
 use fedmcmc_party::release::StepKey;
 
 use super::{
@@ -50,7 +50,7 @@ impl PartyHandle for Arc<PartyNode> {
         Ok(PartyNode::open_run(
             self,
             Plan {
-                variant: FULL_PENALTY.to_string(),
+                variant: plan.variant.to_string(),
                 chains: plan.chains,
                 steps_per_chain: plan.steps_per_chain,
                 clip: plan.clip,
@@ -58,6 +58,8 @@ impl PartyHandle for Arc<PartyNode> {
                     NoiseChoice::Tau(t) => NoiseRequest::Tau(t),
                     NoiseChoice::Calibrate => NoiseRequest::Calibrate,
                 },
+                batch_size: plan.batch_size,
+                barker_variance: plan.barker_variance,
             },
             fingerprint,
         )

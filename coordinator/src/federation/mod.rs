@@ -36,13 +36,19 @@ pub enum NoiseChoice {
     Calibrate,
 }
 
-/// A full-data DP-penalty run: `chains × steps_per_chain` releases per party.
+/// One party's run: `chains × steps_per_chain` releases of `variant` (the parties' name).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RunPlan {
+    pub variant: &'static str,
     pub chains: u32,
     pub steps_per_chain: u64,
+    /// The per-row clip coefficient; 0 for DP Barker, whose clip the party fixes.
     pub clip: f64,
     pub noise: NoiseChoice,
+    /// Minibatch variants: this party's rows per step.
+    pub batch_size: Option<u64>,
+    /// DP Barker: this party's share of the total noise variance C.
+    pub barker_variance: Option<f64>,
 }
 
 /// A party's grant and its final charge: the party's own types.
@@ -157,17 +163,20 @@ impl<P: PartyHandle> Federation<P> {
         .await
     }
 
-    /// Opens the run on every party. If any party refuses, the grants already given are
-    /// closed again (their reservations released) and the refusal is returned.
+    /// Opens the run on every party, party i with `plans[i]`. If any party refuses, the
+    /// grants already given are closed again (their reservations released) and the refusal
+    /// is returned.
     pub async fn open(
         &self,
-        plan: &RunPlan,
+        plans: &[RunPlan],
         fingerprint: &str,
     ) -> Result<Vec<Grant>, FederationError> {
+        assert_eq!(plans.len(), self.parties.len(), "one plan per party");
         let results = join_all(
             self.parties
                 .iter()
-                .map(|(_, p)| p.open_run(plan, fingerprint)),
+                .zip(plans)
+                .map(|((_, p), plan)| p.open_run(plan, fingerprint)),
         )
         .await;
         if let Some(i) = results.iter().position(|r| r.is_err()) {

@@ -1,5 +1,6 @@
 //! Kernels: how a chain's releases become an accept/reject decision. Each kernel is one file
-//! (`penalty` now; Barker and HMC to come); the chain bookkeeping, warm-up, stopping and the
+//! (`penalty` for the full-data and minibatch DP penalty, `barker`; HMC to come); the chain
+//! bookkeeping, warm-up, stopping and the
 //! trace are the sampler's (`sampler.rs`) and shared by all of them.
 use std::future::Future;
 
@@ -7,8 +8,10 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Contribution, Federation, FederationError, PartyHandle, Query};
 
+pub mod barker;
 pub mod penalty;
 
+pub use barker::Barker;
 pub use penalty::Penalty;
 
 /// One chain's line to the federation: numbers its releases 0, 1, 2, … in the order the
@@ -34,6 +37,11 @@ impl<'a, P: PartyHandle> ChainLink<'a, P> {
             chain,
             next_step: 0,
         }
+    }
+
+    /// The step number the next release will have.
+    pub fn next_step(&self) -> u64 {
+        self.next_step
     }
 
     /// The federation's summed contribution to this chain's next release.

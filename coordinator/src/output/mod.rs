@@ -105,6 +105,7 @@ pub fn finish(
 pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
     let s = &result.sampler;
     let mut c = vec![
+        ("method".to_string(), s.variant.describe()),
         ("chains".to_string(), s.chains.to_string()),
         ("iterations".to_string(), s.iterations.to_string()),
         ("warmup".to_string(), s.warmup.to_string()),
@@ -120,14 +121,18 @@ pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
             format!("stopped by {signal} after {fewest} to {most} iterations per chain"),
         ));
     }
-    for (p, g) in result.parties.iter().zip(&result.grants) {
-        c.push((
-            format!("party.{}", p.name),
-            format!(
-                "rows={} tau={} noise_multiplier={} releases={}",
-                p.rows, g.tau, g.noise_multiplier, g.releases
-            ),
-        ));
+    for ((p, g), plan) in result.parties.iter().zip(&result.grants).zip(&result.plans) {
+        let mut line = format!(
+            "rows={} tau={} noise_multiplier={} releases={}",
+            p.rows, g.tau, g.noise_multiplier, g.releases
+        );
+        if let Some(b) = plan.batch_size {
+            line += &format!(" batch_size={b}");
+        }
+        if let Some(c) = plan.barker_variance {
+            line += &format!(" barker_variance={c}");
+        }
+        c.push((format!("party.{}", p.name), line));
     }
     c
 }

@@ -5,6 +5,7 @@ use fedmcmc_common::diagnostics::{self, DiagnosticsError};
 use serde::Serialize;
 
 use crate::job::JobResult;
+use crate::variant::Variant;
 
 /// One parameter. The statistics are those of `diagnostics::summary` over the first
 /// `Summary::draws_per_chain` draws of every chain, and absent (`null`) when there are too
@@ -50,6 +51,12 @@ pub struct ChainSummary {
 pub struct PartySummary {
     pub name: String,
     pub rows: u64,
+    /// Minibatch variants: this party's rows per step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    /// DP Barker: this party's share of C.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barker_variance: Option<f64>,
     pub releases: u64,
     pub tau: f64,
     pub noise_multiplier: f64,
@@ -63,6 +70,9 @@ pub struct PartySummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub model: String,
+    /// The sampler: `variant` and its parameters.
+    #[serde(flatten)]
+    pub sampler: Variant,
     pub init: String,
     pub seed: u64,
     /// True when a signal stopped the chains before their planned iterations.
@@ -172,9 +182,12 @@ pub fn summarise(
         .iter()
         .zip(&job.grants)
         .zip(&job.closed)
-        .map(|((p, g), c)| PartySummary {
+        .zip(&job.plans)
+        .map(|(((p, g), c), plan)| PartySummary {
             name: p.name.clone(),
             rows: p.rows,
+            batch_size: plan.batch_size,
+            barker_variance: plan.barker_variance,
             releases: c.releases,
             tau: g.tau,
             noise_multiplier: g.noise_multiplier,
@@ -185,6 +198,7 @@ pub fn summarise(
         .collect();
     Ok(Summary {
         model: model.to_string(),
+        sampler: job.sampler.variant,
         init: job.inits.label.clone(),
         seed: job.sampler.seed,
         partial: stopped_by.is_some(),

@@ -1,0 +1,106 @@
+//! The DP Barker kernel (Heikkilä et al. 2019; Räisä 2020, Alg. 3): a Gaussian random walk
+//! proposes θ′, each party releases its batch estimate λ*ᵢ with noise topping the batch's
+//! variance up to its share Cᵢ, and `fedmcmc_common::acceptance::barker_accept` decides with
+//! a draw of the correction V_corr for C = ΣCᵢ.
+use std::sync::Arc;
+
+use fedmcmc_common::acceptance;
+use fedmcmc_common::barker::CorrectionFit;
+use fedmcmc_common::models::Model;
+use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
+use rand_chacha::ChaCha8Rng;
+
+use super::{ChainLink, Kernel, LinkError, Transition};
+use crate::federation::{CallError, CallErrorKind, FederationError, PartyHandle, Query};
+
+pub struct Barker {
+    model: Arc<dyn Model>,
+    fit: Arc<CorrectionFit>,
+    walk: RandomWalk,
+    adaptation: ScaleAdaptation,
+    log_prior: Option<f64>,
+    proposal: Vec<f64>,
+}
+
+impl Barker {
+    /// `fit` is the correction for the run's total C.
+    pub fn new(
+        model: Arc<dyn Model>,
+        fit: Arc<CorrectionFit>,
+        proposal_sd: f64,
+        target_accept: f64,
+    ) -> Self {
+        let dim = model.dim();
+        Barker {
+            model,
+            fit,
+            walk: RandomWalk { scale: proposal_sd },
+            adaptation: ScaleAdaptation::new(proposal_sd, target_accept),
+            log_prior: None,
+            proposal: vec![0.0; dim],
+        }
+    }
+}
+
+/// The correction is only right for the C it was fitted for: a federation whose noise adds
+/// up to another total (a party that ignored its share) stops the chain.
+fn check_total(c: f64, noise_variance: f64, step: u64) -> Result<(), LinkError> {
+    if (noise_variance - c).abs() <= 1e-9 * c {
+        return Ok(());
+    }
+    Err(LinkError {
+        step,
+        source: FederationError {
+            party: "(the federation)".into(),
+            error: CallError {
+                kind: CallErrorKind::Other,
+                message: format!(
+                    "the parties' noise variances add up to {noise_variance}, not the C = {c} the Barker correction was fitted for"
+                ),
+            },
+        },
+    })
+}
+
+impl Kernel for Barker {
+    async fn transition<P: PartyHandle>(
+        &mut self,
+        link: &mut ChainLink<'_, P>,
+        theta: &mut [f64],
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Transition, LinkError> {
+        let log_prior = *self
+            .log_prior
+            .get_or_insert_with(|| self.model.log_prior(theta));
+        self.walk.propose(theta, &mut self.proposal, rng);
+        let log_prior_prop = self.model.log_prior(&self.proposal);
+        let step = link.next_step();
+        let answer = link
+            .ask(Query::BarkerLogLikRatio {
+                theta,
+                theta_proposed: &self.proposal,
+            })
+            .await?;
+        check_total(self.fit.c, answer.noise_variance, step)?;
+        // Symmetric proposal: no proposal ratio.
+        let lambda_hat = answer.value[0] + log_prior_prop - log_prior;
+        let accepted = acceptance::barker_accept(lambda_hat, self.fit.sample(rng));
+        if accepted {
+            theta.copy_from_slice(&self.proposal);
+            self.log_prior = Some(log_prior_prop);
+        }
+        Ok(Transition {
+            accepted,
+            accept_stat: self.fit.accept_probability(lambda_hat),
+            noise_variance: answer.noise_variance,
+        })
+    }
+
+    fn adapt(&mut self, transition: &Transition) {
+        self.walk.scale = self.adaptation.update(transition.accepted);
+    }
+
+    fn scale(&self) -> f64 {
+        self.walk.scale
+    }
+}
