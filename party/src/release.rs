@@ -309,17 +309,18 @@ mod tests {
         (sum, clipped)
     }
 
-    /// Releases at fixed (θ, θ′) are T·Σ clip(r_x, b) over the untempered ratios r_x, with
-    /// b = clip·‖θ′ − θ‖, plus N(0, σ²) with the stated σ² = (s·2·T·b)²: the sample mean is
-    /// within 4 standard errors of that sum and the sample variance within 4 of its own
-    /// standard errors (√(2/(N−1))·σ²) of σ². Seeded noise, fixed data; the clip binds for
-    /// some rows but not all.
-    async fn check_releases(spec: ModelSpec, clip: f64, theta: [f64; 2], prop: [f64; 2]) {
-        const N: u64 = 4000;
-        let dir = tempfile::tempdir().unwrap();
+    /// A node over `rows` rows simulated from `spec` (seed `data_seed`) with a generous budget,
+    /// a ledger in `dir` and noise seeded with `noise_seed`; and its model.
+    fn seeded_node(
+        spec: &ModelSpec,
+        rows: usize,
+        data_seed: u64,
+        noise_seed: u64,
+        dir: &std::path::Path,
+    ) -> (PartyNode, Arc<dyn fedmcmc_common::models::Model>) {
         let model = spec.build().unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let data = model.simulate(&spec.true_theta(), 5_000, &mut rng);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(data_seed);
+        let data = model.simulate(&spec.true_theta(), rows, &mut rng);
         let budget = Budget::new(BudgetConfig {
             epsilon: 1e6,
             delta: 0.5,
@@ -332,10 +333,22 @@ mod tests {
             data,
             Neighbours::Substitute,
             budget,
-            Ledger::open(&dir.path().join("ledger.sqlite")).unwrap(),
-            NoiseSource::seeded(2024),
+            Ledger::open(&dir.join("ledger.sqlite")).unwrap(),
+            NoiseSource::seeded(noise_seed),
         )
         .unwrap();
+        (node, model)
+    }
+
+    /// Releases at fixed (θ, θ′) are T·Σ clip(r_x, b) over the untempered ratios r_x, with
+    /// b = clip·‖θ′ − θ‖, plus N(0, σ²) with the stated σ² = (s·2·T·b)²: the sample mean is
+    /// within 4 standard errors of that sum and the sample variance within 4 of its own
+    /// standard errors (√(2/(N−1))·σ²) of σ². Seeded noise, fixed data; the clip binds for
+    /// some rows but not all.
+    async fn check_releases(spec: ModelSpec, clip: f64, theta: [f64; 2], prop: [f64; 2]) {
+        const N: u64 = 4000;
+        let dir = tempfile::tempdir().unwrap();
+        let (node, model) = seeded_node(&spec, 5_000, 11, 2024, dir.path());
         let grant = node
             .open_run(
                 Plan::full_penalty(1, N, clip, NoiseRequest::Tau(0.02)),
@@ -404,26 +417,7 @@ mod tests {
         const N: u64 = 3000;
         let (rows, batch, share) = (20_000, 200u64, 1.5);
         let dir = tempfile::tempdir().unwrap();
-        let spec = ModelSpec::flat_banana(2);
-        let model = spec.build().unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let data = model.simulate(&spec.true_theta(), rows, &mut rng);
-        let budget = Budget::new(BudgetConfig {
-            epsilon: 1e6,
-            delta: 0.5,
-            accountant: Default::default(),
-        })
-        .unwrap();
-        let node = PartyNode::with_noise(
-            "test".into(),
-            Arc::clone(&model),
-            data,
-            Neighbours::Substitute,
-            budget,
-            Ledger::open(&dir.path().join("ledger.sqlite")).unwrap(),
-            NoiseSource::seeded(77),
-        )
-        .unwrap();
+        let (node, model) = seeded_node(&ModelSpec::flat_banana(2), rows, 5, 77, dir.path());
         let plan = Plan {
             variant: crate::node::BARKER.into(),
             batch_size: Some(batch),

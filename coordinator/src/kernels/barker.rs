@@ -7,19 +7,15 @@ use std::sync::Arc;
 use fedmcmc_common::acceptance;
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::models::Model;
-use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
 use rand_chacha::ChaCha8Rng;
 
+use super::walk::Walk;
 use super::{ChainLink, Kernel, LinkError, Transition};
 use crate::federation::{CallError, CallErrorKind, FederationError, PartyHandle, Query};
 
 pub struct Barker {
-    model: Arc<dyn Model>,
     fit: Arc<CorrectionFit>,
-    walk: RandomWalk,
-    adaptation: ScaleAdaptation,
-    log_prior: Option<f64>,
-    proposal: Vec<f64>,
+    walk: Walk,
 }
 
 impl Barker {
@@ -30,14 +26,9 @@ impl Barker {
         proposal_sd: f64,
         target_accept: f64,
     ) -> Self {
-        let dim = model.dim();
         Barker {
-            model,
             fit,
-            walk: RandomWalk { scale: proposal_sd },
-            adaptation: ScaleAdaptation::new(proposal_sd, target_accept),
-            log_prior: None,
-            proposal: vec![0.0; dim],
+            walk: Walk::new(model, proposal_sd, target_accept),
         }
     }
 }
@@ -69,25 +60,20 @@ impl Kernel for Barker {
         theta: &mut [f64],
         rng: &mut ChaCha8Rng,
     ) -> Result<Transition, LinkError> {
-        let log_prior = *self
-            .log_prior
-            .get_or_insert_with(|| self.model.log_prior(theta));
-        self.walk.propose(theta, &mut self.proposal, rng);
-        let log_prior_prop = self.model.log_prior(&self.proposal);
+        let log_prior_ratio = self.walk.propose(theta, rng);
         let step = link.next_step();
         let answer = link
             .ask(Query::BarkerLogLikRatio {
                 theta,
-                theta_proposed: &self.proposal,
+                theta_proposed: self.walk.proposal(),
             })
             .await?;
         check_total(self.fit.c, answer.noise_variance, step)?;
         // Symmetric proposal: no proposal ratio.
-        let lambda_hat = answer.value[0] + log_prior_prop - log_prior;
+        let lambda_hat = answer.value[0] + log_prior_ratio;
         let accepted = acceptance::barker_accept(lambda_hat, self.fit.sample(rng));
         if accepted {
-            theta.copy_from_slice(&self.proposal);
-            self.log_prior = Some(log_prior_prop);
+            self.walk.accept(theta);
         }
         Ok(Transition {
             accepted,
@@ -97,10 +83,10 @@ impl Kernel for Barker {
     }
 
     fn adapt(&mut self, transition: &Transition) {
-        self.walk.scale = self.adaptation.update(transition.accepted);
+        self.walk.adapt(transition.accepted);
     }
 
     fn scale(&self) -> f64 {
-        self.walk.scale
+        self.walk.scale()
     }
 }

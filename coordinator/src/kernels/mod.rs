@@ -10,6 +10,7 @@ use crate::federation::{Contribution, Federation, FederationError, PartyHandle, 
 
 pub mod barker;
 pub mod penalty;
+mod walk;
 
 pub use barker::Barker;
 pub use penalty::Penalty;

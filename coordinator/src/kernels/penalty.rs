@@ -7,24 +7,19 @@ use std::sync::Arc;
 
 use fedmcmc_common::acceptance::{self, PenaltyTerms};
 use fedmcmc_common::models::Model;
-use fedmcmc_common::proposal::{RandomWalk, ScaleAdaptation};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
+use super::walk::Walk;
 use super::{ChainLink, Kernel, LinkError, Transition};
 use crate::federation::{PartyHandle, Query};
 
 pub struct Penalty {
-    model: Arc<dyn Model>,
-    walk: RandomWalk,
-    adaptation: ScaleAdaptation,
+    walk: Walk,
     /// Apply the −½Σσᵢ² penalty; off only in tests that show the uncorrected chain is wrong.
     penalise: bool,
     /// Ask for the minibatch ratio instead of the full-data one.
     minibatch: bool,
-    /// ln p(θ) at the chain's current θ, kept to save an evaluation per step.
-    log_prior: Option<f64>,
-    proposal: Vec<f64>,
 }
 
 impl Penalty {
@@ -35,15 +30,10 @@ impl Penalty {
         penalise: bool,
         minibatch: bool,
     ) -> Self {
-        let dim = model.dim();
         Penalty {
-            model,
-            walk: RandomWalk { scale: proposal_sd },
-            adaptation: ScaleAdaptation::new(proposal_sd, target_accept),
+            walk: Walk::new(model, proposal_sd, target_accept),
             penalise,
             minibatch,
-            log_prior: None,
-            proposal: vec![0.0; dim],
         }
     }
 }
@@ -55,12 +45,8 @@ impl Kernel for Penalty {
         theta: &mut [f64],
         rng: &mut ChaCha8Rng,
     ) -> Result<Transition, LinkError> {
-        let log_prior = *self
-            .log_prior
-            .get_or_insert_with(|| self.model.log_prior(theta));
-        self.walk.propose(theta, &mut self.proposal, rng);
-        let log_prior_prop = self.model.log_prior(&self.proposal);
-        let theta_proposed = &self.proposal;
+        let log_prior_ratio = self.walk.propose(theta, rng);
+        let theta_proposed = self.walk.proposal();
         let query = if self.minibatch {
             Query::MinibatchLogLikRatio {
                 theta,
@@ -76,15 +62,14 @@ impl Kernel for Penalty {
         let log_ratio = PenaltyTerms {
             noisy_log_lik_ratio: answer.value[0],
             noise_variance: answer.noise_variance,
-            log_prior_ratio: log_prior_prop - log_prior,
+            log_prior_ratio,
             log_proposal_ratio: 0.0,
         }
         .log_ratio(self.penalise);
         let ln_u = rng.random::<f64>().ln();
         let accepted = acceptance::accept(ln_u, log_ratio);
         if accepted {
-            theta.copy_from_slice(&self.proposal);
-            self.log_prior = Some(log_prior_prop);
+            self.walk.accept(theta);
         }
         Ok(Transition {
             accepted,
@@ -94,10 +79,10 @@ impl Kernel for Penalty {
     }
 
     fn adapt(&mut self, transition: &Transition) {
-        self.walk.scale = self.adaptation.update(transition.accepted);
+        self.walk.adapt(transition.accepted);
     }
 
     fn scale(&self) -> f64 {
-        self.walk.scale
+        self.walk.scale()
     }
 }

@@ -22,41 +22,48 @@ use super::log_lik_ratio::tempered_row_bound;
 use super::{Computed, Public, Statistic};
 use crate::release::Bound;
 
-/// The minibatch DP penalty's query, after the public checks.
-pub struct MinibatchRatio<'a> {
+/// A ratio query on a batch of `batch` rows, after the public checks.
+pub struct BatchRatio<'a> {
     pub(super) theta: &'a [f64],
     pub(super) theta_proposed: &'a [f64],
     pub(super) batch: u64,
 }
 
-/// DP Barker's query, after the public checks; `share` is this party's Cᵢ.
+/// The minibatch DP penalty's query.
+pub struct MinibatchRatio<'a>(pub(super) BatchRatio<'a>);
+
+/// DP Barker's query; `share` is this party's Cᵢ.
 pub struct BarkerRatio<'a> {
-    pub(super) theta: &'a [f64],
-    pub(super) theta_proposed: &'a [f64],
-    pub(super) batch: u64,
+    pub(super) ratio: BatchRatio<'a>,
     pub(super) share: f64,
 }
 
-/// λ* and σ²_b of a fresh secret batch, its terms clipped to `row`.
-fn batch_estimate(
-    model: &dyn Model,
-    rows: &Columns,
-    theta: &[f64],
-    theta_proposed: &[f64],
-    batch: u64,
-    row: f64,
-    rng: &mut ChaCha20Rng,
-) -> (f64, f64) {
-    let (n, b) = (rows.n(), batch as usize);
-    let picked = rand::seq::index::sample(rng, n, b).into_vec();
-    let batch_rows = rows.select(&picked);
-    let mut terms = vec![0.0; b];
-    model.clipped_llr_terms(&batch_rows, theta, theta_proposed, row, &mut terms);
-    let scale = n as f64 / b as f64;
-    let sum: f64 = terms.iter().sum();
-    let mean = sum / b as f64;
-    let spread: f64 = terms.iter().map(|t| (t - mean) * (t - mean)).sum();
-    (scale * sum, scale * scale * spread)
+impl BatchRatio<'_> {
+    /// λ* and σ²_b of a fresh secret batch, its terms clipped to `row`.
+    fn estimate(
+        &self,
+        model: &dyn Model,
+        rows: &Columns,
+        row: f64,
+        rng: &mut ChaCha20Rng,
+    ) -> (f64, f64) {
+        let (n, b) = (rows.n(), self.batch as usize);
+        let picked = rand::seq::index::sample(rng, n, b).into_vec();
+        let batch_rows = rows.select(&picked);
+        let mut terms = vec![0.0; b];
+        model.clipped_llr_terms(
+            &batch_rows,
+            self.theta,
+            self.theta_proposed,
+            row,
+            &mut terms,
+        );
+        let scale = n as f64 / b as f64;
+        let sum: f64 = terms.iter().sum();
+        let mean = sum / b as f64;
+        let spread: f64 = terms.iter().map(|t| (t - mean) * (t - mean)).sum();
+        (scale * sum, scale * scale * spread)
+    }
 }
 
 impl Statistic for MinibatchRatio<'_> {
@@ -65,8 +72,9 @@ impl Statistic for MinibatchRatio<'_> {
     /// (Räisä 2020, Lemma 3.4: 3(b−1)n²T²L²‖θ′−θ‖²/b³); their sum bounds the sensitivity of
     /// λ* − ½σ²_b (Thm 3.5). The value is within n·t + ½·a·n·t² (σ²_b ≤ a²·b·t²).
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let row = tempered_row_bound(public, self.theta, self.theta_proposed);
-        let (n, b) = (public.rows as f64, self.batch as f64);
+        let ratio = &self.0;
+        let row = tempered_row_bound(public, ratio.theta, ratio.theta_proposed);
+        let (n, b) = (public.rows as f64, ratio.batch as f64);
         let a = n / b;
         let lambda = 2.0 * a * row;
         let half_variance = 3.0 * (b - 1.0) * a * a * row * row / b;
@@ -84,15 +92,7 @@ impl Statistic for MinibatchRatio<'_> {
         bound: &Bound,
         rng: &mut ChaCha20Rng,
     ) -> Computed {
-        let (lambda, variance) = batch_estimate(
-            model,
-            rows,
-            self.theta,
-            self.theta_proposed,
-            self.batch,
-            bound.row,
-            rng,
-        );
+        let (lambda, variance) = self.0.estimate(model, rows, bound.row, rng);
         Computed {
             value: vec![lambda - 0.5 * variance],
             inherent_variance: 0.0,
@@ -119,7 +119,7 @@ impl Statistic for BarkerRatio<'_> {
     /// construction). The noise std √Cᵢ over the sensitivity 2at = √(2Cᵢ/b) gives the
     /// multiplier √(b/2).
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let (n, b) = (public.rows as f64, self.batch as f64);
+        let (n, b) = (public.rows as f64, self.ratio.batch as f64);
         let a = n / b;
         let row = (self.share / (2.0 * b)).sqrt() / a;
         Bound {
@@ -136,15 +136,7 @@ impl Statistic for BarkerRatio<'_> {
         bound: &Bound,
         rng: &mut ChaCha20Rng,
     ) -> Computed {
-        let (lambda, variance) = batch_estimate(
-            model,
-            rows,
-            self.theta,
-            self.theta_proposed,
-            self.batch,
-            bound.row,
-            rng,
-        );
+        let (lambda, variance) = self.ratio.estimate(model, rows, bound.row, rng);
         Computed {
             value: vec![lambda],
             inherent_variance: variance,

@@ -19,7 +19,7 @@ pub mod log_lik_ratio;
 pub mod minibatch;
 
 pub use log_lik_ratio::LogLikRatio;
-pub use minibatch::{BarkerRatio, MinibatchRatio};
+pub use minibatch::{BarkerRatio, BatchRatio, MinibatchRatio};
 
 /// One step's query, as the coordinator asks it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -123,15 +123,17 @@ impl<'a> Query<'a> {
                 theta,
                 theta_proposed,
             }),
-            Query::MinibatchLogLikRatio { .. } => Box::new(MinibatchRatio {
+            Query::MinibatchLogLikRatio { .. } => Box::new(MinibatchRatio(BatchRatio {
                 theta,
                 theta_proposed,
                 batch: batch()?,
-            }),
+            })),
             Query::BarkerLogLikRatio { .. } => Box::new(BarkerRatio {
-                theta,
-                theta_proposed,
-                batch: batch()?,
+                ratio: BatchRatio {
+                    theta,
+                    theta_proposed,
+                    batch: batch()?,
+                },
                 share: terms.barker_variance.ok_or_else(|| {
                     PartyError::FailedPrecondition("the barker run has no variance share".into())
                 })?,
