@@ -43,6 +43,25 @@ pub fn clip(r: f64, bound: f64) -> f64 {
     if low < bound { low } else { bound }
 }
 
+/// Scales one row's gradient to L2 norm at most `bound` (Räisä 2020, Sec. 4.2: the per-row
+/// gradient clip clip_b(∇ℓ(x|θ))), and says whether it changed it. Like [`clip`] it needs no
+/// finite input: a gradient whose norm is not finite (an ∞ or NaN entry) becomes the zero
+/// vector, so every clipped row lies in the ball of radius `bound` whatever the row holds.
+#[inline(always)]
+pub fn clip_norm(g: &mut [f64], bound: f64) -> bool {
+    let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+    if norm <= bound {
+        return false;
+    }
+    if norm.is_finite() {
+        let scale = bound / norm;
+        g.iter_mut().for_each(|v| *v *= scale);
+    } else {
+        g.fill(0.0);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,6 +72,21 @@ mod tests {
         assert_eq!(clip(-5.0, 2.0), -2.0);
         assert_eq!(clip(1.0, 2.0), 1.0);
         assert_eq!(row_bound(2.0, &[0.0, 0.0], &[3.0, 4.0]), 10.0);
+    }
+
+    #[test]
+    fn gradient_clip_scales_to_the_bound_and_zeroes_non_finite_rows() {
+        let mut g = [3.0, 4.0];
+        assert!(clip_norm(&mut g, 1.0));
+        assert!((g[0] - 0.6).abs() < 1e-15 && (g[1] - 0.8).abs() < 1e-15);
+        let mut small = [0.3, 0.4];
+        assert!(!clip_norm(&mut small, 1.0));
+        assert_eq!(small, [0.3, 0.4]);
+        for bad in [[f64::INFINITY, 1.0], [f64::NAN, 1.0], [f64::NEG_INFINITY, f64::NAN]] {
+            let mut g = bad;
+            assert!(clip_norm(&mut g, 1.0));
+            assert_eq!(g, [0.0, 0.0]);
+        }
     }
 
     #[test]

@@ -76,6 +76,27 @@ pub trait Model: Send + Sync + std::fmt::Debug {
             *o = crate::clip::clip(r, bound);
         }
     }
+    /// Σ_x clip_b(∇_θ T·ℓ(x|θ)) over the rows of `data`, each row's tempered gradient scaled
+    /// to norm at most `bound` by [`crate::clip::clip_norm`], written into `out` (length
+    /// `dim`); returns how many rows the clip changed (local diagnostics only, never
+    /// released). `bound` applies to the tempered gradient: a clip b_g on the untempered one
+    /// is `T·b_g` here. The default goes row by row through [`Model::grad_log_lik_row`]; a
+    /// model with a faster form overrides it.
+    fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+        assert_eq!(out.len(), self.dim(), "one entry per parameter");
+        out.fill(0.0);
+        let (mut row, mut g) = (vec![0.0; data.d()], vec![0.0; self.dim()]);
+        let mut clipped = 0;
+        for i in 0..data.n() {
+            data.row_into(i, &mut row);
+            self.grad_log_lik_row(theta, &row, &mut g);
+            clipped += u64::from(crate::clip::clip_norm(&mut g, bound));
+            for (o, gi) in out.iter_mut().zip(&g) {
+                *o += gi;
+            }
+        }
+        clipped
+    }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns;
     /// The exact tempered posterior given `data`, if the model has a closed form.
