@@ -82,7 +82,11 @@ mod tests {
         let mut small = [0.3, 0.4];
         assert!(!clip_norm(&mut small, 1.0));
         assert_eq!(small, [0.3, 0.4]);
-        for bad in [[f64::INFINITY, 1.0], [f64::NAN, 1.0], [f64::NEG_INFINITY, f64::NAN]] {
+        for bad in [
+            [f64::INFINITY, 1.0],
+            [f64::NAN, 1.0],
+            [f64::NEG_INFINITY, f64::NAN],
+        ] {
             let mut g = bad;
             assert!(clip_norm(&mut g, 1.0));
             assert_eq!(g, [0.0, 0.0]);

@@ -71,6 +71,7 @@ async fn time_chains<P: PartyHandle>(
         iterations,
         warmup: 1,
         proposal_sd: 0.008,
+        clip,
         adapt: false,
         target_accept: 0.25,
         seed: 7,

@@ -118,6 +118,7 @@ pub async fn run<P: PartyHandle>(
         iterations: planned.iterations,
         warmup,
         proposal_sd: settings.proposal_sd,
+        clip: settings.clip,
         adapt: settings.adapt,
         target_accept: settings.target_accept,
         seed: settings.seed,

@@ -2,11 +2,10 @@
 //!
 //! Either τ is given and the iterations are the most that fit every party's remaining budget
 //! (Räisä 2020, Alg. 2, here in closed form: every release is Gaussian, so k releases at
-//! multiplier s cost k/(2s²) of the party's μ, Thm 3.2), or the iterations are given and
-//! each party calibrates its own τ. Giving both is checked: a plan that does not fit is an
-//! error naming the party and what does fit.
-use fedmcmc_common::accountant;
-
+//! multiplier s cost k/(2s²) of the party's μ, Thm 3.2, and a DP HMC iteration the sum over
+//! its ratio and L + 1 gradients, Thm 4.3), or the iterations are given and each party
+//! calibrates its own τ. Giving both is checked: a plan that does not fit is an error naming
+//! the party and what does fit.
 use crate::federation::{NoiseChoice, PartyInfo};
 use crate::variant::Variant;
 
@@ -16,10 +15,11 @@ pub struct Planned {
     pub noise: NoiseChoice,
 }
 
-/// Most releases a party can still make at `tau` (its multiplier is τ·√nᵢ).
-pub fn releases_that_fit(party: &PartyInfo, tau: f64) -> u64 {
-    let per_release = accountant::mu_per_release(tau * (party.rows as f64).sqrt());
-    (party.mu_remaining / per_release).floor() as u64
+/// Most iterations of `variant` a party can still take at ratio τ, over all chains (its
+/// multiplier is τ·√nᵢ); `None` for a variant the parties' accountants plan.
+pub fn iterations_that_fit(party: &PartyInfo, variant: &Variant, tau: f64) -> Option<u64> {
+    let per_iteration = variant.mu_per_iteration(tau, party.rows)?;
+    Some((party.mu_remaining / per_iteration).floor() as u64)
 }
 
 /// Chooses iterations per chain and the noise, or says why nothing fits. The closed form
@@ -38,7 +38,12 @@ pub fn plan(
         return Err(format!("tau must be a positive number, got {t}"));
     }
     match (variant, tau, iterations) {
-        (Variant::Penalty, ..) => {}
+        (Variant::Penalty, ..) | (Variant::Hmc { .. }, Some(_), _) => {}
+        (Variant::Hmc { .. }, None, _) => {
+            return Err(
+                "the hmc variant needs --tau for its ratio releases: the parties do not calibrate its two noises (--gradient-tau sets the other)".into(),
+            );
+        }
         (Variant::Barker { .. }, Some(t), _) => {
             return Err(format!(
                 "the barker variant's noise is its total variance C, not a tau ({t}): leave --tau out"
@@ -61,7 +66,10 @@ pub fn plan(
         (Some(tau), given) => {
             let (limiting, fit) = parties
                 .iter()
-                .map(|p| (p, releases_that_fit(p, tau) / u64::from(chains)))
+                .map(|p| {
+                    let fit = iterations_that_fit(p, variant, tau).expect("a Gaussian variant");
+                    (p, fit / u64::from(chains))
+                })
                 .min_by_key(|&(_, k)| k)
                 .ok_or("the federation has no parties")?;
             let budget_sentence = |what: String| {
@@ -115,7 +123,7 @@ mod tests {
             let p = party("a", 100_000, epsilon, 1e-6);
             let s = 0.1 * (100_000f64).sqrt();
             let alg2 = max_releases(Accountant::Analytic, s, epsilon, 1e-6).unwrap();
-            let ours = releases_that_fit(&p, 0.1);
+            let ours = iterations_that_fit(&p, &Variant::Penalty, 0.1).unwrap();
             assert!(
                 ours.abs_diff(alg2) <= 1,
                 "ε = {epsilon}: {ours} vs Alg. 2 {alg2}"
@@ -130,7 +138,10 @@ mod tests {
             party("small", 10_000, 4.0, 1e-6),
         ];
         let planned = plan(&parties, &Variant::Penalty, 2, Some(0.1), None).unwrap();
-        assert_eq!(planned.iterations, releases_that_fit(&parties[1], 0.1) / 2);
+        assert_eq!(
+            planned.iterations,
+            iterations_that_fit(&parties[1], &Variant::Penalty, 0.1).unwrap() / 2
+        );
         let err = plan(
             &parties,
             &Variant::Penalty,

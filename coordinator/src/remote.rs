@@ -11,7 +11,7 @@ use crate::federation::grpc::GrpcParty;
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
 use crate::output::{self, Report};
-use crate::variant::{Variant, VariantName};
+use crate::variant::{HmcOptions, Variant, VariantName};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,7 +28,7 @@ pub struct RunConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SamplerSection {
-    /// `penalty` (default), `minibatch-penalty` or `barker`.
+    /// `penalty` (default), `minibatch-penalty`, `barker` or `hmc`.
     #[serde(default = "default_variant")]
     pub variant: VariantName,
     /// Minibatch variants: rows per step over the federation, split in proportion to the
@@ -36,6 +36,12 @@ pub struct SamplerSection {
     pub batch_size: Option<u64>,
     /// DP Barker: the total noise variance C (default 2; 0.5, 1 and 2 have fits).
     pub barker_c: Option<f64>,
+    /// DP HMC: leapfrog steps (default 10), initial step size (default 1e-3, adapted in
+    /// warm-up), clip on each row's gradient norm (default 2) and gradient τ (default 0.5).
+    pub leapfrog_steps: Option<u32>,
+    pub step_size: Option<f64>,
+    pub gradient_clip: Option<f64>,
+    pub gradient_tau: Option<f64>,
     #[serde(default = "default_chains")]
     pub chains: u32,
     pub iterations: Option<u64>,
@@ -125,7 +131,14 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
         handles.push((p.name.clone(), handle));
     }
     let s = &config.sampler;
-    let variant = Variant::new(s.variant, s.batch_size, s.barker_c).map_err(anyhow::Error::msg)?;
+    let hmc = HmcOptions {
+        leapfrog_steps: s.leapfrog_steps,
+        step_size: s.step_size,
+        gradient_clip: s.gradient_clip,
+        gradient_tau: s.gradient_tau,
+    };
+    let variant =
+        Variant::new(s.variant, s.batch_size, s.barker_c, hmc).map_err(anyhow::Error::msg)?;
     let settings = JobSettings {
         variant,
         chains: s.chains,

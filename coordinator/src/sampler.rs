@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Federation, FederationError, PartyHandle};
 use crate::interrupt::Stop;
-use crate::kernels::{Barker, ChainLink, Kernel, Penalty};
+use crate::kernels::{Barker, ChainLink, Hmc, Kernel, Penalty};
 use crate::variant::Variant;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -22,12 +22,16 @@ pub struct SamplerConfig {
     /// Which kernel, with its parameters.
     pub variant: Variant,
     pub chains: u32,
-    /// Steps per chain, warm-up included; each step is one release per party.
+    /// Iterations per chain, warm-up included; each is one release per party, or L + 2 for
+    /// DP HMC.
     pub iterations: u64,
     /// Leading steps that adapt the walk and are not reported as draws.
     pub warmup: u64,
     /// Initial random-walk standard deviation.
     pub proposal_sd: f64,
+    /// The run's per-row ratio clip coefficient (DP HMC rejects trajectories too long for
+    /// it).
+    pub clip: f64,
     /// Adapt the walk during warm-up.
     pub adapt: bool,
     /// Acceptance rate the adaptation aims for.
@@ -288,6 +292,23 @@ pub async fn sample<P: PartyHandle>(
             let fit =
                 Arc::new(CorrectionFit::load(c).map_err(|e| SampleError::Config(e.to_string()))?);
             chains.spawn(|| Barker::new(Arc::clone(&model), Arc::clone(&fit), sd, target))
+        }
+        Variant::Hmc {
+            leapfrog_steps,
+            step_size,
+            ..
+        } => {
+            let adapted = if config.adapt { config.warmup } else { 0 };
+            chains.spawn(|| {
+                Hmc::new(
+                    Arc::clone(&model),
+                    leapfrog_steps,
+                    step_size,
+                    config.clip,
+                    adapted,
+                    config.penalise,
+                )
+            })
         }
     };
     let mut traces = Vec::with_capacity(tasks.len());

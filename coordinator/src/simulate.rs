@@ -21,7 +21,7 @@ use crate::federation::grpc::GrpcParty;
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings};
 use crate::output::{self, Report, summary::ExactReference};
-use crate::variant::{Variant, VariantName};
+use crate::variant::{HmcOptions, Variant, VariantName};
 
 /// Model presets selectable by name (Räisä 2020, Table 5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -86,7 +86,8 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub iterations: Option<u64>,
     /// Sampler: the full-data DP penalty (Yıldırım & Ermiş 2019), the minibatch DP penalty
-    /// (Räisä 2020, Sec. 3.4) or DP Barker (Heikkilä et al. 2019) [default: penalty].
+    /// (Räisä 2020, Sec. 3.4), DP Barker (Heikkilä et al. 2019) or DP HMC (Räisä 2020,
+    /// Alg. 4) [default: penalty].
     #[arg(long, value_enum)]
     pub variant: Option<VariantName>,
     /// Minibatch variants: rows per step over the whole federation, split among the parties
@@ -97,6 +98,19 @@ pub struct SimulateArgs {
     /// 0.5, 1 and 2 have correction fits [default: 2].
     #[arg(long)]
     pub barker_c: Option<f64>,
+    /// DP HMC: leapfrog steps per iteration; each party releases L + 1 gradients and one
+    /// ratio per iteration [default: 10].
+    #[arg(long)]
+    pub leapfrog_steps: Option<u32>,
+    /// DP HMC: initial leapfrog step size, adapted during warm-up [default: 1e-3].
+    #[arg(long)]
+    pub step_size: Option<f64>,
+    /// DP HMC: clip on each row's untempered gradient norm [default: 2].
+    #[arg(long)]
+    pub gradient_clip: Option<f64>,
+    /// DP HMC: gradient noise multiplier τ_g·√nᵢ per party [default: 0.5].
+    #[arg(long)]
+    pub gradient_tau: Option<f64>,
     /// Warm-up iterations per chain [default: half of the iterations].
     #[arg(long)]
     pub warmup: Option<u64>,
@@ -142,6 +156,10 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         variant: flags.variant.or(file.variant),
         batch_size: flags.batch_size.or(file.batch_size),
         barker_c: flags.barker_c.or(file.barker_c),
+        leapfrog_steps: flags.leapfrog_steps.or(file.leapfrog_steps),
+        step_size: flags.step_size.or(file.step_size),
+        gradient_clip: flags.gradient_clip.or(file.gradient_clip),
+        gradient_tau: flags.gradient_tau.or(file.gradient_tau),
         warmup: flags.warmup.or(file.warmup),
         chains: flags.chains.or(file.chains),
         clip: flags.clip.or(file.clip),
@@ -200,6 +218,12 @@ impl Simulation {
             args.variant.unwrap_or(VariantName::Penalty),
             args.batch_size,
             args.barker_c,
+            HmcOptions {
+                leapfrog_steps: args.leapfrog_steps,
+                step_size: args.step_size,
+                gradient_clip: args.gradient_clip,
+                gradient_tau: args.gradient_tau,
+            },
         )
         .map_err(anyhow::Error::msg)?;
         // The full-data variant may run as long as the budget allows at a default τ; the
@@ -211,7 +235,12 @@ impl Simulation {
                 "--clip {clip} does not apply to the barker variant: its clip follows from the batch and C (Räisä 2020, Thm 3.3)"
             );
         }
-        let default_tau = (iterations.is_none() && variant == Variant::Penalty).then_some(0.1);
+        // DP HMC always needs a ratio τ: its parties do not calibrate its two noises.
+        let default_tau = match variant {
+            Variant::Penalty if iterations.is_none() => Some(0.1),
+            Variant::Hmc { .. } => Some(0.1),
+            _ => None,
+        };
         Ok(Simulation {
             spec,
             rows,

@@ -1,11 +1,12 @@
 //! Which sampler a job runs and with which parameters, and how a variant becomes each
 //! party's run plan. A variant is a query the parties answer (`party/src/statistics/`), their
 //! accountant entry (`party/src/node.rs::mechanism_of`) and a kernel (`kernels/`).
+use fedmcmc_common::accountant;
 use fedmcmc_common::barker::CorrectionFit;
-use fedmcmc_party::node::{BARKER, FULL_PENALTY, MINIBATCH_PENALTY};
+use fedmcmc_party::node::{BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY};
 use serde::Serialize;
 
-use crate::federation::{NoiseChoice, PartyInfo, RunPlan};
+use crate::federation::{HmcPlan, NoiseChoice, PartyInfo, RunPlan};
 
 /// The variants as `--variant` spells them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, Serialize)]
@@ -17,6 +18,8 @@ pub enum VariantName {
     MinibatchPenalty,
     /// DP Barker (Heikkilä et al. 2019; Räisä 2020, Alg. 3).
     Barker,
+    /// DP HMC with noisy clipped gradients (Räisä 2020, Alg. 4).
+    Hmc,
 }
 
 /// The rows per step over the whole federation when none is given: the papers' b (Heikkilä
@@ -24,6 +27,24 @@ pub enum VariantName {
 pub const DEFAULT_BATCH: u64 = 1000;
 /// DP Barker's total noise variance when none is given: the C of Räisä 2020, Thm 3.3.
 pub const DEFAULT_BARKER_C: f64 = 2.0;
+/// DP HMC's leapfrog steps per iteration when none are given: the thesis's L for the
+/// bananas (Räisä 2020, Sec. 6.3).
+pub const DEFAULT_LEAPFROG_STEPS: u32 = 10;
+/// DP HMC's clip on each row's untempered gradient norm when none is given.
+pub const DEFAULT_GRADIENT_CLIP: f64 = 2.0;
+/// DP HMC's gradient τ when none is given: the gradient's noise multiplier is τ_g·√nᵢ.
+pub const DEFAULT_GRADIENT_TAU: f64 = 0.5;
+/// DP HMC's initial leapfrog step size when none is given; warm-up adapts it.
+pub const DEFAULT_STEP_SIZE: f64 = 1e-3;
+
+/// DP HMC's choices as given on the command line (`None`: the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HmcOptions {
+    pub leapfrog_steps: Option<u32>,
+    pub step_size: Option<f64>,
+    pub gradient_clip: Option<f64>,
+    pub gradient_tau: Option<f64>,
+}
 
 /// A variant with its parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -41,18 +62,38 @@ pub enum Variant {
         batch_size: u64,
         c: f64,
     },
+    /// `leapfrog_steps` L, the initial `step_size` η, and the gradient release's clip b_g
+    /// and τ_g; the ratio release takes the run's clip and τ.
+    Hmc {
+        leapfrog_steps: u32,
+        step_size: f64,
+        gradient_clip: f64,
+        gradient_tau: f64,
+    },
 }
 
 impl Variant {
-    /// From the command line's choices: a batch size or C given to a variant that takes none
-    /// is an error, not ignored. DP Barker's C must have a committed correction fit.
-    pub fn new(name: VariantName, batch_size: Option<u64>, c: Option<f64>) -> Result<Self, String> {
+    /// From the command line's choices: a batch size, C or HMC setting given to a variant
+    /// that takes none is an error, not ignored. DP Barker's C must have a committed
+    /// correction fit.
+    pub fn new(
+        name: VariantName,
+        batch_size: Option<u64>,
+        c: Option<f64>,
+        hmc: HmcOptions,
+    ) -> Result<Self, String> {
         let no_c = |v: &str| match c {
             Some(c) => Err(format!(
                 "--barker-c {c} applies to the barker variant, not {v}"
             )),
             None => Ok(()),
         };
+        if name != VariantName::Hmc && hmc != HmcOptions::default() {
+            return Err(
+                "--leapfrog-steps, --step-size, --gradient-clip and --gradient-tau apply to the hmc variant only"
+                    .into(),
+            );
+        }
         Ok(match name {
             VariantName::Penalty => {
                 no_c("penalty")?;
@@ -77,7 +118,68 @@ impl Variant {
                     c,
                 }
             }
+            VariantName::Hmc => {
+                no_c("hmc")?;
+                if let Some(b) = batch_size {
+                    return Err(format!(
+                        "--batch-size {b} applies to the minibatch-penalty and barker variants; the hmc variant uses every row"
+                    ));
+                }
+                let positive = |flag: &str, v: f64| {
+                    if v.is_finite() && v > 0.0 {
+                        Ok(v)
+                    } else {
+                        Err(format!("{flag} must be a positive number, got {v}"))
+                    }
+                };
+                let leapfrog_steps = hmc.leapfrog_steps.unwrap_or(DEFAULT_LEAPFROG_STEPS);
+                if leapfrog_steps == 0 {
+                    return Err("--leapfrog-steps must be at least 1".into());
+                }
+                Variant::Hmc {
+                    leapfrog_steps,
+                    step_size: positive("--step-size", hmc.step_size.unwrap_or(DEFAULT_STEP_SIZE))?,
+                    gradient_clip: positive(
+                        "--gradient-clip",
+                        hmc.gradient_clip.unwrap_or(DEFAULT_GRADIENT_CLIP),
+                    )?,
+                    gradient_tau: positive(
+                        "--gradient-tau",
+                        hmc.gradient_tau.unwrap_or(DEFAULT_GRADIENT_TAU),
+                    )?,
+                }
+            }
         })
+    }
+
+    /// Releases per party per iteration: L + 1 gradients and a ratio for DP HMC, else one.
+    pub fn releases_per_iteration(&self) -> u64 {
+        match *self {
+            Variant::Hmc { leapfrog_steps, .. } => u64::from(leapfrog_steps) + 2,
+            _ => 1,
+        }
+    }
+
+    /// The privacy-loss parameter μ one iteration costs a party with `rows` rows at ratio τ,
+    /// for the variants made of plain Gaussian releases (μ = 1/(2s²) per release at
+    /// multiplier s, composed by adding, Räisä 2020, Thms 3.2 and 4.3); `None` for the
+    /// subsampled ones, which the parties' accountants plan.
+    pub fn mu_per_iteration(&self, tau: f64, rows: u64) -> Option<f64> {
+        let sqrt_n = (rows as f64).sqrt();
+        let ratio = accountant::mu_per_release(tau * sqrt_n);
+        match *self {
+            Variant::Penalty => Some(ratio),
+            Variant::Hmc {
+                leapfrog_steps,
+                gradient_tau,
+                ..
+            } => Some(
+                ratio
+                    + (f64::from(leapfrog_steps) + 1.0)
+                        * accountant::mu_per_release(gradient_tau * sqrt_n),
+            ),
+            Variant::MinibatchPenalty { .. } | Variant::Barker { .. } => None,
+        }
     }
 
     /// The command-line spelling.
@@ -86,6 +188,7 @@ impl Variant {
             Variant::Penalty => "penalty",
             Variant::MinibatchPenalty { .. } => "minibatch-penalty",
             Variant::Barker { .. } => "barker",
+            Variant::Hmc { .. } => "hmc",
         }
     }
 
@@ -95,6 +198,7 @@ impl Variant {
             Variant::Penalty => FULL_PENALTY,
             Variant::MinibatchPenalty { .. } => MINIBATCH_PENALTY,
             Variant::Barker { .. } => BARKER,
+            Variant::Hmc { .. } => HMC,
         }
     }
 
@@ -108,31 +212,60 @@ impl Variant {
             Variant::Barker { batch_size, c } => format!(
                 "DP Barker, federated (Heikkilä et al. 2019; Räisä 2020, Alg. 3): {batch_size} rows per step, C = {c}"
             ),
+            Variant::Hmc {
+                leapfrog_steps,
+                step_size,
+                gradient_clip,
+                gradient_tau,
+            } => format!(
+                "DP HMC, federated (Räisä 2020, Alg. 4): {leapfrog_steps} leapfrog steps, initial step size {step_size}, gradient clip {gradient_clip}, gradient tau {gradient_tau}"
+            ),
         }
     }
 
-    /// Each party's plan: the batch split by largest remainder in proportion to the rows,
-    /// DP Barker's C likewise. A party whose share of the batch is too small for its variant
-    /// or larger than its rows is named.
+    /// Each party's plan for `iterations` per chain: the batch split by largest remainder in
+    /// proportion to the rows, DP Barker's C likewise. A party whose share of the batch is
+    /// too small for its variant or larger than its rows is named.
     pub fn plans(
         &self,
         parties: &[PartyInfo],
         chains: u32,
-        steps_per_chain: u64,
+        iterations: u64,
         clip: f64,
         noise: NoiseChoice,
     ) -> Result<Vec<RunPlan>, String> {
         let base = RunPlan {
             variant: self.party_variant(),
             chains,
-            steps_per_chain,
+            steps_per_chain: iterations
+                .checked_mul(self.releases_per_iteration())
+                .ok_or("too many iterations")?,
             clip,
             noise,
             batch_size: None,
             barker_variance: None,
+            hmc: None,
         };
         let (batch, min) = match *self {
             Variant::Penalty => return Ok(vec![base; parties.len()]),
+            Variant::Hmc {
+                leapfrog_steps,
+                gradient_clip,
+                gradient_tau,
+                ..
+            } => {
+                if !matches!(noise, NoiseChoice::Tau(_)) {
+                    return Err(
+                        "the hmc variant needs a ratio tau (--tau): the parties do not calibrate its two noises".into(),
+                    );
+                }
+                let hmc = Some(HmcPlan {
+                    leapfrog_steps,
+                    gradient_clip,
+                    gradient_tau,
+                });
+                return Ok(vec![RunPlan { hmc, ..base }; parties.len()]);
+            }
             Variant::MinibatchPenalty { batch_size } => (batch_size, 2),
             Variant::Barker { batch_size, .. } => (batch_size, 16),
         };
@@ -209,15 +342,40 @@ mod tests {
 
     #[test]
     fn parameters_belong_to_their_variant() {
-        assert!(Variant::new(VariantName::Penalty, Some(10), None).is_err());
-        assert!(Variant::new(VariantName::MinibatchPenalty, None, Some(2.0)).is_err());
+        let none = HmcOptions::default();
+        assert!(Variant::new(VariantName::Penalty, Some(10), None, none).is_err());
+        assert!(Variant::new(VariantName::MinibatchPenalty, None, Some(2.0), none).is_err());
         assert!(
-            Variant::new(VariantName::Barker, None, Some(1.5))
+            Variant::new(VariantName::Barker, None, Some(1.5), none)
                 .unwrap_err()
                 .contains("no correction")
         );
+        let steps = HmcOptions {
+            leapfrog_steps: Some(5),
+            ..none
+        };
+        assert!(Variant::new(VariantName::Penalty, None, None, steps).is_err());
+        assert!(Variant::new(VariantName::Hmc, Some(10), None, none).is_err());
+        assert!(
+            Variant::new(
+                VariantName::Hmc,
+                None,
+                None,
+                HmcOptions {
+                    leapfrog_steps: Some(0),
+                    ..none
+                }
+            )
+            .is_err()
+        );
         assert_eq!(
-            Variant::new(VariantName::Barker, None, None).unwrap(),
+            Variant::new(VariantName::Hmc, None, None, steps)
+                .unwrap()
+                .releases_per_iteration(),
+            7
+        );
+        assert_eq!(
+            Variant::new(VariantName::Barker, None, None, none).unwrap(),
             Variant::Barker {
                 batch_size: DEFAULT_BATCH,
                 c: DEFAULT_BARKER_C

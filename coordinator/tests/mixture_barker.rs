@@ -58,6 +58,7 @@ async fn experiment(rows: usize, iterations: u64) -> (Vec<Vec<f64>>, f64, f64, f
         iterations,
         warmup: iterations / 4,
         proposal_sd: 0.08,
+        clip: 0.0,
         adapt: false,
         target_accept: 0.25,
         seed: 5,

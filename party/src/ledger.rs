@@ -40,6 +40,37 @@ pub struct RunTerms {
     /// DP Barker: this party's share Cᵢ of the total noise variance C.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barker_variance: Option<f64>,
+    /// DP HMC: its leapfrog steps and gradient release (`clip`, `tau` and `noise_multiplier`
+    /// above are its ratio release's). An initialiser run has none: it releases only
+    /// gradients, with the run's own clip and multiplier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmc: Option<HmcTerms>,
+}
+
+/// An HMC run's leapfrog steps L and gradient release: clip b_g, τ_g and multiplier τ_g·√n.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HmcTerms {
+    pub leapfrog_steps: u32,
+    pub gradient_clip: f64,
+    pub gradient_tau: f64,
+    pub gradient_multiplier: f64,
+}
+
+impl RunTerms {
+    /// Releases per iteration of a chain: L + 2 for DP HMC (L + 1 gradients and the ratio,
+    /// Räisä 2020, Alg. 4), 1 for the other variants.
+    pub fn releases_per_iteration(&self) -> u64 {
+        self.hmc.map_or(1, |h| u64::from(h.leapfrog_steps) + 2)
+    }
+
+    /// The clip b_g and noise multiplier of this run's gradient releases.
+    pub fn gradient_release(&self) -> Option<(f64, f64)> {
+        match self.hmc {
+            Some(h) => Some((h.gradient_clip, h.gradient_multiplier)),
+            None => (self.variant == crate::node::INITIALISER)
+                .then_some((self.clip, self.noise_multiplier)),
+        }
+    }
 }
 
 /// One answered query: the inputs (to recognise a retry), the noisy value and its variance.
@@ -500,6 +531,7 @@ mod tests {
             batch_size: None,
             population: None,
             barker_variance: None,
+            hmc: None,
         };
         {
             let conn = Connection::open(&path).unwrap();

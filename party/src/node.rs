@@ -17,7 +17,7 @@ use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
 use crate::error::PartyError;
 use crate::ledger::{
-    ClosedBy, ClosedCharge, ClosedRuns, Ledger, ReleaseRecord, RunRecord, RunTerms,
+    ClosedBy, ClosedCharge, ClosedRuns, HmcTerms, Ledger, ReleaseRecord, RunRecord, RunTerms,
 };
 use crate::statistics::minibatch::barker_noise_multiplier;
 
@@ -25,13 +25,16 @@ use crate::statistics::minibatch::barker_noise_multiplier;
 pub const FULL_PENALTY: &str = "full-penalty";
 pub const MINIBATCH_PENALTY: &str = "minibatch-penalty";
 pub const BARKER: &str = "barker";
+pub const HMC: &str = "hmc";
+pub const INITIALISER: &str = "initialiser";
 
 /// The variants a party serves under its neighbour relation: the minibatch ones rest on
-/// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5).
+/// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5); the full-data ones
+/// are clipped sums, whose sensitivity each relation bounds.
 pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
     match neighbours {
-        Neighbours::Substitute => &[FULL_PENALTY, MINIBATCH_PENALTY, BARKER],
-        Neighbours::AddRemove => &[FULL_PENALTY],
+        Neighbours::Substitute => &[FULL_PENALTY, MINIBATCH_PENALTY, BARKER, HMC, INITIALISER],
+        Neighbours::AddRemove => &[FULL_PENALTY, HMC, INITIALISER],
     }
 }
 
@@ -43,15 +46,17 @@ pub fn mechanism_of(
     population: Option<u64>,
 ) -> Result<MechanismKind, String> {
     let kind = match (variant, batch, population) {
-        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2).
-        (FULL_PENALTY, None, None) => MechanismKind::Gaussian,
+        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2), and
+        // the clipped gradient sums of DP HMC and the initialiser: each release a Gaussian
+        // mechanism, composed heterogeneously (Räisä 2020, Thm 4.3).
+        (FULL_PENALTY | HMC | INITIALISER, None, None) => MechanismKind::Gaussian,
         // A Gaussian release on a batch drawn without replacement (Räisä 2020, Thm 3.5).
         (MINIBATCH_PENALTY, Some(batch), Some(population)) => {
             MechanismKind::BatchGaussian { batch, population }
         }
         // One DP Barker iteration (Räisä 2020, Thm 3.3).
         (BARKER, Some(batch), Some(population)) => MechanismKind::DpBarker { batch, population },
-        (FULL_PENALTY | MINIBATCH_PENALTY | BARKER, ..) => {
+        (FULL_PENALTY | MINIBATCH_PENALTY | BARKER | HMC | INITIALISER, ..) => {
             return Err(format!(
                 "a {variant} run with a batch of {batch:?} out of {population:?}"
             ));
@@ -169,6 +174,18 @@ impl RunState {
             record.terms.noise_multiplier,
             record.terms.planned_releases,
         )?;
+        if let Some(h) = record.terms.hmc {
+            let (units, s) = reservation(&record.terms);
+            for (multiplier, count) in [(h.gradient_multiplier, 1), (s, units)] {
+                recorded_release(
+                    &format!("run {}", record.run_id),
+                    &record.terms.variant,
+                    (None, None),
+                    multiplier,
+                    count,
+                )?;
+            }
+        }
         Ok(RunState {
             mechanism,
             closed: AtomicBool::new(false),
@@ -196,18 +213,55 @@ impl RunState {
         *self.last_active.lock().expect("lease lock")
     }
 
-    /// What this run is charged: its whole plan while open, what it released once closed.
+    /// What this run is charged while open: its whole plan (a DP HMC run's, which stays
+    /// reserved until its close completes).
     fn charged(&self) -> Release {
-        let count = if self.closed.load(Ordering::SeqCst) {
-            self.released.load(Ordering::SeqCst)
-        } else {
-            self.terms.planned_releases
+        let (count, noise_multiplier) = match self.terms.hmc {
+            Some(_) => reservation(&self.terms),
+            None if self.closed.load(Ordering::SeqCst) => (
+                self.released.load(Ordering::SeqCst),
+                self.terms.noise_multiplier,
+            ),
+            None => (self.terms.planned_releases, self.terms.noise_multiplier),
         };
         Release {
             mechanism: self.mechanism,
-            noise_multiplier: self.terms.noise_multiplier,
+            noise_multiplier,
             count: count as f64,
         }
+    }
+
+    /// What a closed run released, by noise multiplier, given each chain's steps: a DP HMC
+    /// chain's steps are its iterations' L + 1 gradients and one ratio each, in order.
+    fn released_by_multiplier(&self, steps: &[u64]) -> Vec<(f64, u64)> {
+        let released = self.released.load(Ordering::SeqCst);
+        match self.terms.hmc {
+            Some(h) => {
+                let per = self.terms.releases_per_iteration();
+                let ratios: u64 = steps.iter().map(|s| s / per).sum();
+                vec![
+                    (self.terms.noise_multiplier, ratios),
+                    (h.gradient_multiplier, released - ratios),
+                ]
+            }
+            None => vec![(self.terms.noise_multiplier, released)],
+        }
+    }
+}
+
+/// A DP HMC run's plan as the accountant reserves it: each iteration's ratio release at
+/// multiplier s_l and L + 1 gradient releases at s_g compose exactly as one Gaussian release
+/// at s with 1/s² = 1/s_l² + (L + 1)/s_g² (their privacy-loss distributions are Gaussian and
+/// add, Räisä 2020, Thm 4.3; Rényi divergences add alike), one per planned iteration. Other
+/// runs reserve their planned releases at their multiplier.
+fn reservation(terms: &RunTerms) -> (u64, f64) {
+    match terms.hmc {
+        Some(h) => {
+            let gradients = (h.leapfrog_steps as f64 + 1.0) / h.gradient_multiplier.powi(2);
+            let s = (terms.noise_multiplier.powi(-2) + gradients).sqrt().recip();
+            (terms.planned_releases / terms.releases_per_iteration(), s)
+        }
+        None => (terms.planned_releases, terms.noise_multiplier),
     }
 }
 
@@ -242,6 +296,16 @@ pub struct Plan {
     pub batch_size: Option<u64>,
     /// DP Barker: this party's share Cᵢ of the total noise variance C.
     pub barker_variance: Option<f64>,
+    /// DP HMC: leapfrog steps and the gradient release's clip and τ.
+    pub hmc: Option<HmcPlan>,
+}
+
+/// A DP HMC run's leapfrog steps L, gradient clip b_g and gradient τ_g.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HmcPlan {
+    pub leapfrog_steps: u32,
+    pub gradient_clip: f64,
+    pub gradient_tau: f64,
 }
 
 impl Plan {
@@ -255,6 +319,7 @@ impl Plan {
             noise,
             batch_size: None,
             barker_variance: None,
+            hmc: None,
         }
     }
 }
@@ -266,6 +331,7 @@ struct Checked {
     releases: u64,
     noise: NoiseRequest,
     population: Option<u64>,
+    hmc: Option<HmcTerms>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -617,6 +683,48 @@ impl PartyNode {
                 ));
             }
         }
+        let hmc = match (variant, plan.hmc) {
+            (HMC, Some(h)) => {
+                if h.leapfrog_steps == 0 {
+                    return invalid("an hmc run needs at least one leapfrog step".into());
+                }
+                if !(h.gradient_clip.is_finite() && h.gradient_clip > 0.0) {
+                    return invalid(format!(
+                        "gradient_clip must be a positive number, got {}",
+                        h.gradient_clip
+                    ));
+                }
+                let per = u64::from(h.leapfrog_steps) + 2;
+                if !plan.steps_per_chain.is_multiple_of(per) {
+                    return invalid(format!(
+                        "an hmc run with {} leapfrog steps takes {per} steps per iteration (L + 1 gradients and the ratio); steps_per_chain = {} is not a multiple",
+                        h.leapfrog_steps, plan.steps_per_chain
+                    ));
+                }
+                let NoiseRequest::Tau(_) = plan.noise else {
+                    return invalid(
+                        "an hmc run gives its ratio tau and gradient_tau; the party does not calibrate two noises".into(),
+                    );
+                };
+                Some(HmcTerms {
+                    leapfrog_steps: h.leapfrog_steps,
+                    gradient_clip: h.gradient_clip,
+                    gradient_tau: h.gradient_tau,
+                    gradient_multiplier: self.multiplier_of("gradient_tau", h.gradient_tau)?,
+                })
+            }
+            (HMC, None) => {
+                return invalid(
+                    "an hmc run needs its leapfrog steps, gradient clip and gradient tau".into(),
+                );
+            }
+            (_, Some(_)) => {
+                return invalid(format!(
+                    "a {variant} run takes no leapfrog steps or gradient terms"
+                ));
+            }
+            (_, None) => None,
+        };
         let noise = match (variant, plan.noise) {
             // DP Barker's noise is its variance share; its multiplier follows from the batch.
             (BARKER, NoiseRequest::Calibrate) => {
@@ -629,16 +737,7 @@ impl PartyNode {
                 ));
             }
             (_, NoiseRequest::Tau(tau)) => {
-                let s = tau * (n as f64).sqrt();
-                let (low, high) = NOISE_MULTIPLIERS;
-                if !(tau.is_finite() && tau > 0.0) {
-                    return invalid(format!("tau must be a positive number, got {tau}"));
-                }
-                if !(low..=high).contains(&s) {
-                    return invalid(format!(
-                        "tau = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
-                    ));
-                }
+                self.multiplier_of("tau", tau)?;
                 plan.noise
             }
             (_, NoiseRequest::Calibrate) => plan.noise,
@@ -655,7 +754,27 @@ impl PartyNode {
             releases,
             noise,
             population,
+            hmc,
         })
+    }
+
+    /// The noise multiplier τ·√n of a requested τ over this party's rows, or why it is
+    /// refused.
+    fn multiplier_of(&self, what: &str, tau: f64) -> Result<f64, PartyError> {
+        let n = self.data.n();
+        let s = tau * (n as f64).sqrt();
+        let (low, high) = NOISE_MULTIPLIERS;
+        if !(tau.is_finite() && tau > 0.0) {
+            return Err(PartyError::InvalidArgument(format!(
+                "{what} must be a positive number, got {tau}"
+            )));
+        }
+        if !(low..=high).contains(&s) {
+            return Err(PartyError::InvalidArgument(format!(
+                "{what} = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
+            )));
+        }
+        Ok(s)
     }
 
     /// Admits a run if its whole plan fits what is left (other open runs' reservations
@@ -666,7 +785,31 @@ impl PartyNode {
             releases,
             noise,
             population,
+            hmc,
         } = self.check_plan(&plan, fingerprint)?;
+        let sqrt_n = (self.data.n() as f64).sqrt();
+        let terms = |tau: f64, noise_multiplier: f64| RunTerms {
+            variant: plan.variant.clone(),
+            chains: plan.chains,
+            steps_per_chain: plan.steps_per_chain,
+            planned_releases: releases,
+            clip: plan.clip,
+            tau,
+            noise_multiplier,
+            batch_size: plan.batch_size,
+            population,
+            barker_variance: plan.barker_variance,
+            hmc,
+        };
+        // What the accountant admits: the plan's releases, or a DP HMC plan's iterations as
+        // the one Gaussian release each is equivalent to (`reservation`).
+        let (reserved, noise) = match (hmc, noise) {
+            (Some(_), NoiseRequest::Tau(tau)) => {
+                let (units, s) = reservation(&terms(tau, tau * sqrt_n));
+                (units, NoiseRequest::Tau(s / sqrt_n))
+            }
+            _ => (releases, noise),
+        };
         let _admission = self.admission.lock().await;
         let max_open_runs = self.limits.max_open_runs;
         if self.open_runs() >= max_open_runs as usize {
@@ -680,7 +823,7 @@ impl PartyNode {
             self.budget.admit(
                 &self.committed(),
                 mechanism,
-                releases,
+                reserved,
                 self.data.n() as u64,
                 noise,
             )
@@ -688,19 +831,12 @@ impl PartyNode {
         // A numerical accountant (a PLD calibration) may compute for seconds.
         let admitted = crate::blocking(admit)?;
         let run_id = new_run_id()?;
-        let terms = RunTerms {
-            variant: plan.variant,
-            chains: plan.chains,
-            steps_per_chain: plan.steps_per_chain,
-            planned_releases: releases,
-            clip: plan.clip,
-            tau: admitted.tau,
-            noise_multiplier: admitted.noise_multiplier,
-            batch_size: plan.batch_size,
-            population,
-            barker_variance: plan.barker_variance,
+        let terms = match plan.noise {
+            NoiseRequest::Tau(tau) if hmc.is_some() => terms(tau, tau * sqrt_n),
+            _ => terms(admitted.tau, admitted.noise_multiplier),
         };
         self.ledger.open_run(&run_id, &terms).await?;
+        let (terms_tau, terms_multiplier) = (terms.tau, terms.noise_multiplier);
         let state = RunState::from_record(
             RunRecord {
                 run_id: run_id.clone(),
@@ -722,8 +858,8 @@ impl PartyNode {
         );
         Ok(Grant {
             run_id,
-            tau: admitted.tau,
-            noise_multiplier: admitted.noise_multiplier,
+            tau: terms_tau,
+            noise_multiplier: terms_multiplier,
             releases,
             run_epsilon: admitted.run_epsilon,
             epsilon_committed: admitted.epsilon_committed,
@@ -807,27 +943,30 @@ impl PartyNode {
             self.ledger.close_run(run_id, by).await?;
             run.closed.store(true, Ordering::SeqCst);
         }
-        // Wait for releases in flight so the count below is final.
+        // Wait for releases in flight so the counts below are final.
+        let mut steps = Vec::with_capacity(run.chains.len());
         for chain in &run.chains {
-            drop(chain.lock().await);
+            steps.push(chain.lock().await.next_step);
         }
         let releases = run.released.load(Ordering::SeqCst);
-        let charged = run.charged();
+        let released = run.released_by_multiplier(&steps);
+        let charged = released.iter().map(|&(noise_multiplier, count)| Release {
+            mechanism: run.mechanism,
+            noise_multiplier,
+            count: count as f64,
+        });
         {
             let mut runs = self.runs.lock().expect("runs lock");
             runs.open.remove(run_id);
             runs.closed.insert(run_id.to_string(), by);
-            runs.charge(
-                &run.terms.variant,
-                run.mechanism,
-                run.terms.noise_multiplier,
-                releases,
-            );
+            for &(noise_multiplier, count) in &released {
+                runs.charge(&run.terms.variant, run.mechanism, noise_multiplier, count);
+            }
         }
         tracing::info!(party = %self.name, %run_id, releases, ?by, "run closed");
         Ok(Closed {
             releases,
-            run_epsilon: self.budget.epsilon_of(&self.composition([charged])),
+            run_epsilon: self.budget.epsilon_of(&self.composition(charged)),
             epsilon_committed: self.budget.epsilon_of(&self.committed()),
         })
     }

@@ -158,7 +158,8 @@ impl PartyNode {
                 run.chains.len()
             ))
         })?;
-        let statistic = query.statistic(self.model.as_ref(), &run.terms)?;
+        let (statistic, noise_multiplier) =
+            query.statistic(self.model.as_ref(), &run.terms, key.step)?;
         let mut chain = chain.lock().await;
         if let Some(answer) = replay(&chain, key, &inputs)? {
             return Ok(answer);
@@ -181,7 +182,7 @@ impl PartyNode {
             neighbours: self.neighbours,
             clip: run.terms.clip,
         };
-        let calibration = Calibration::check(statistic.bound(&public), run.terms.noise_multiplier)?;
+        let calibration = Calibration::check(statistic.bound(&public), noise_multiplier)?;
 
         // Phase 2: the rows. Nothing below refuses on their account. One generator per
         // release, forked from the node's CSPRNG, draws the batch (if any) and the noise.

@@ -17,7 +17,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
-use crate::node::{BARKER, FULL_PENALTY, MINIBATCH_PENALTY, PartyNode, Plan, variants_served};
+use crate::node::{
+    BARKER, FULL_PENALTY, HMC, HmcPlan, INITIALISER, MINIBATCH_PENALTY, PartyNode, Plan,
+    variants_served,
+};
 use crate::release::StepKey;
 use crate::statistics::Query;
 
@@ -48,8 +51,9 @@ pub fn variant_name(v: pb::Variant) -> &'static str {
         pb::Variant::FullPenalty => FULL_PENALTY,
         pb::Variant::MinibatchPenalty => MINIBATCH_PENALTY,
         pb::Variant::Barker => BARKER,
-        pb::Variant::Hmc => "hmc",
+        pb::Variant::Hmc => HMC,
         pb::Variant::SufficientStatistics => "sufficient-statistics",
+        pb::Variant::Initialiser => INITIALISER,
     }
 }
 
@@ -59,6 +63,8 @@ pub fn variant_from_name(name: &str) -> pb::Variant {
         FULL_PENALTY => pb::Variant::FullPenalty,
         MINIBATCH_PENALTY => pb::Variant::MinibatchPenalty,
         BARKER => pb::Variant::Barker,
+        HMC => pb::Variant::Hmc,
+        INITIALISER => pb::Variant::Initialiser,
         _ => pb::Variant::Unspecified,
     }
 }
@@ -101,6 +107,7 @@ async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution
             theta: &q.theta,
             theta_proposed: &q.theta_proposed,
         },
+        Some(pb::step_request::Query::Gradient(q)) => Query::Gradient { theta: &q.theta },
         None => {
             return Err(Status::invalid_argument(
                 "the step request carries no query",
@@ -188,6 +195,14 @@ impl Party for PartyService {
                     // proto3 has no absent numbers: 0 means not given.
                     batch_size: (plan.batch_size != 0).then_some(plan.batch_size),
                     barker_variance: (plan.barker_variance != 0.0).then_some(plan.barker_variance),
+                    hmc: (plan.leapfrog_steps != 0
+                        || plan.gradient_clip != 0.0
+                        || plan.gradient_tau != 0.0)
+                        .then_some(HmcPlan {
+                            leapfrog_steps: plan.leapfrog_steps,
+                            gradient_clip: plan.gradient_clip,
+                            gradient_tau: plan.gradient_tau,
+                        }),
                 },
                 &req.model_fingerprint,
             )

@@ -398,15 +398,20 @@ async fn unknown_runs_unauthenticated_callers_oversize_messages_and_bad_plans_ar
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    let mut hmc = plan(1, 1, tau(1.0));
-    hmc.variant = pb::Variant::Hmc as i32;
+    let mut unserved = plan(1, 1, tau(1.0));
+    unserved.variant = pb::Variant::SufficientStatistics as i32;
     assert_eq!(
-        open(&mut c, &party.fingerprint, hmc)
+        open(&mut c, &party.fingerprint, unserved)
             .await
             .unwrap_err()
             .code(),
         Code::Unimplemented
     );
+    let mut hmc = plan(1, 1, tau(1.0));
+    hmc.variant = pb::Variant::Hmc as i32;
+    let err = open(&mut c, &party.fingerprint, hmc).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("leapfrog"), "{}", err.message());
     let mut none = plan(1, 1, tau(1.0));
     none.noise = None;
     assert_eq!(

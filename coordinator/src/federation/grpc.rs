@@ -177,7 +177,9 @@ impl PartyHandle for GrpcParty {
                     }),
                     batch_size: plan.batch_size.unwrap_or(0),
                     barker_variance: plan.barker_variance.unwrap_or(0.0),
-                    ..Default::default()
+                    leapfrog_steps: plan.hmc.map_or(0, |h| h.leapfrog_steps),
+                    gradient_clip: plan.hmc.map_or(0.0, |h| h.gradient_clip),
+                    gradient_tau: plan.hmc.map_or(0.0, |h| h.gradient_tau),
                 }),
                 model_fingerprint: fingerprint.to_string(),
             })
@@ -293,5 +295,8 @@ fn wire_query(query: Query<'_>) -> pb::step_request::Query {
             theta,
             theta_proposed,
         } => Wire::BarkerLogLikRatio(ratio(theta, theta_proposed)),
+        Query::Gradient { theta } => Wire::Gradient(pb::GradientQuery {
+            theta: theta.to_vec(),
+        }),
     }
 }

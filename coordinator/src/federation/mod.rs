@@ -49,10 +49,12 @@ pub struct RunPlan {
     pub batch_size: Option<u64>,
     /// DP Barker: this party's share of the total noise variance C.
     pub barker_variance: Option<f64>,
+    /// DP HMC: leapfrog steps and the gradient release's clip and τ.
+    pub hmc: Option<HmcPlan>,
 }
 
-/// A party's grant and its final charge: the party's own types.
-pub use fedmcmc_party::node::{Closed, Grant};
+/// A party's grant and its final charge, and DP HMC's plan terms: the party's own types.
+pub use fedmcmc_party::node::{Closed, Grant, HmcPlan};
 
 /// A step's query, as the parties define it.
 pub use fedmcmc_party::statistics::Query;

@@ -1,7 +1,7 @@
 //! Kernels: how a chain's releases become an accept/reject decision. Each kernel is one file
-//! (`penalty` for the full-data and minibatch DP penalty, `barker`; HMC to come); the chain
-//! bookkeeping, warm-up, stopping and the
-//! trace are the sampler's (`sampler.rs`) and shared by all of them.
+//! (`penalty` for the full-data and minibatch DP penalty, `barker`, `hmc`); the chain
+//! bookkeeping, warm-up, stopping and the trace are the sampler's (`sampler.rs`) and shared
+//! by all of them.
 use std::future::Future;
 
 use rand_chacha::ChaCha8Rng;
@@ -9,10 +9,12 @@ use rand_chacha::ChaCha8Rng;
 use crate::federation::{Contribution, Federation, FederationError, PartyHandle, Query};
 
 pub mod barker;
+pub mod hmc;
 pub mod penalty;
 mod walk;
 
 pub use barker::Barker;
+pub use hmc::Hmc;
 pub use penalty::Penalty;
 
 /// One chain's line to the federation: numbers its releases 0, 1, 2, … in the order the

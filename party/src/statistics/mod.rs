@@ -12,12 +12,14 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::error::PartyError;
 use crate::ledger::RunTerms;
-use crate::node::{BARKER, FULL_PENALTY, MINIBATCH_PENALTY};
+use crate::node::{BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY};
 use crate::release::Bound;
 
+pub mod gradient;
 pub mod log_lik_ratio;
 pub mod minibatch;
 
+pub use gradient::Gradient;
 pub use log_lik_ratio::LogLikRatio;
 pub use minibatch::{BarkerRatio, BatchRatio, MinibatchRatio};
 
@@ -41,17 +43,29 @@ pub enum Query<'a> {
         theta: &'a [f64],
         theta_proposed: &'a [f64],
     },
+    /// T·Σ_x clip_{b_g}(∇ℓ(x|θ)) over all rows (DP HMC's leapfrog, the private initialiser).
+    Gradient { theta: &'a [f64] },
 }
 
+/// The wire names of the queries.
+const LOG_LIK_RATIO: &str = "log_lik_ratio";
+const MINIBATCH_LOG_LIK_RATIO: &str = "minibatch_log_lik_ratio";
+const BARKER_LOG_LIK_RATIO: &str = "barker_log_lik_ratio";
+const GRADIENT: &str = "gradient";
+
 impl<'a> Query<'a> {
-    /// Entries in the released vector.
+    /// Entries in the released vector: one per parameter for a gradient, else one.
     pub fn released_len(&self) -> usize {
-        1
+        match self {
+            Query::Gradient { theta } => theta.len(),
+            _ => 1,
+        }
     }
 
-    /// (θ, θ′) of a ratio query.
+    /// The parameter vectors the query is about: (θ, θ′) of a ratio, θ of a gradient.
     fn thetas(&self) -> (&'a [f64], &'a [f64]) {
         match *self {
+            Query::Gradient { theta } => (theta, &[]),
             Query::LogLikRatio {
                 theta,
                 theta_proposed,
@@ -77,39 +91,35 @@ impl<'a> Query<'a> {
     /// The query's wire name, for messages.
     pub fn name(&self) -> &'static str {
         match self {
-            Query::LogLikRatio { .. } => "log_lik_ratio",
-            Query::MinibatchLogLikRatio { .. } => "minibatch_log_lik_ratio",
-            Query::BarkerLogLikRatio { .. } => "barker_log_lik_ratio",
+            Query::LogLikRatio { .. } => LOG_LIK_RATIO,
+            Query::MinibatchLogLikRatio { .. } => MINIBATCH_LOG_LIK_RATIO,
+            Query::BarkerLogLikRatio { .. } => BARKER_LOG_LIK_RATIO,
+            Query::Gradient { .. } => GRADIENT,
         }
     }
 
-    /// The one variant whose runs ask this query.
-    pub fn variant(&self) -> &'static str {
-        match self {
-            Query::LogLikRatio { .. } => FULL_PENALTY,
-            Query::MinibatchLogLikRatio { .. } => MINIBATCH_PENALTY,
-            Query::BarkerLogLikRatio { .. } => BARKER,
-        }
-    }
-
-    /// The statistic that answers this query in a run with `terms`, after the public checks
-    /// of the query's parameters and of its fit to the run's variant.
+    /// The statistic that answers this query at `step` of a chain of a run with `terms`, and
+    /// the noise multiplier of its release, after the public checks of the query's
+    /// parameters and of its fit to the run's variant and the step.
     pub(crate) fn statistic(
         &self,
         model: &dyn Model,
         terms: &RunTerms,
-    ) -> Result<Box<dyn Statistic + Send + Sync + 'a>, PartyError> {
-        if terms.variant != self.variant() {
+        step: u64,
+    ) -> Result<(Box<dyn Statistic + Send + Sync + 'a>, f64), PartyError> {
+        let expected = expected_query(terms, step)?;
+        if self.name() != expected {
             return Err(PartyError::FailedPrecondition(format!(
-                "this is a {} run; a {} query belongs to a {} run",
+                "step {step} of a {} run asks for a {expected} query, not {}",
                 terms.variant,
                 self.name(),
-                self.variant()
             )));
         }
         let (theta, theta_proposed) = self.thetas();
         check_theta(model, "theta", theta)?;
-        check_theta(model, "theta_proposed", theta_proposed)?;
+        if !matches!(self, Query::Gradient { .. }) {
+            check_theta(model, "theta_proposed", theta_proposed)?;
+        }
         let batch = || {
             terms.batch_size.ok_or_else(|| {
                 PartyError::FailedPrecondition(format!(
@@ -118,28 +128,74 @@ impl<'a> Query<'a> {
                 ))
             })
         };
+        let ratio_multiplier = terms.noise_multiplier;
         Ok(match self {
-            Query::LogLikRatio { .. } => Box::new(LogLikRatio {
-                theta,
-                theta_proposed,
-            }),
-            Query::MinibatchLogLikRatio { .. } => Box::new(MinibatchRatio(BatchRatio {
-                theta,
-                theta_proposed,
-                batch: batch()?,
-            })),
-            Query::BarkerLogLikRatio { .. } => Box::new(BarkerRatio {
-                ratio: BatchRatio {
+            Query::LogLikRatio { .. } => (
+                Box::new(LogLikRatio {
+                    theta,
+                    theta_proposed,
+                }),
+                ratio_multiplier,
+            ),
+            Query::Gradient { .. } => {
+                let (clip, multiplier) = terms.gradient_release().ok_or_else(|| {
+                    PartyError::FailedPrecondition(format!(
+                        "the {} run has no gradient terms",
+                        terms.variant
+                    ))
+                })?;
+                (Box::new(Gradient { theta, clip }), multiplier)
+            }
+            Query::MinibatchLogLikRatio { .. } => (
+                Box::new(MinibatchRatio(BatchRatio {
                     theta,
                     theta_proposed,
                     batch: batch()?,
-                },
-                share: terms.barker_variance.ok_or_else(|| {
-                    PartyError::FailedPrecondition("the barker run has no variance share".into())
-                })?,
-            }),
+                })),
+                ratio_multiplier,
+            ),
+            Query::BarkerLogLikRatio { .. } => (
+                Box::new(BarkerRatio {
+                    ratio: BatchRatio {
+                        theta,
+                        theta_proposed,
+                        batch: batch()?,
+                    },
+                    share: terms.barker_variance.ok_or_else(|| {
+                        PartyError::FailedPrecondition(
+                            "the barker run has no variance share".into(),
+                        )
+                    })?,
+                }),
+                ratio_multiplier,
+            ),
         })
     }
+}
+
+/// The query a run of `terms` answers at `step` of a chain: its variant's one query, or for
+/// DP HMC the fixed pattern of an iteration, L + 1 gradients then the ratio (Räisä 2020,
+/// Alg. 4), so that a chain's releases are exactly those its run was charged for.
+fn expected_query(terms: &RunTerms, step: u64) -> Result<&'static str, PartyError> {
+    Ok(match terms.variant.as_str() {
+        FULL_PENALTY => LOG_LIK_RATIO,
+        MINIBATCH_PENALTY => MINIBATCH_LOG_LIK_RATIO,
+        BARKER => BARKER_LOG_LIK_RATIO,
+        INITIALISER => GRADIENT,
+        HMC => {
+            let per_iteration = terms.releases_per_iteration();
+            if step % per_iteration == per_iteration - 1 {
+                LOG_LIK_RATIO
+            } else {
+                GRADIENT
+            }
+        }
+        other => {
+            return Err(PartyError::FailedPrecondition(format!(
+                "a run of the unknown variant {other:?} answers no query"
+            )));
+        }
+    })
 }
 
 /// The public facts a statistic's bound may use.

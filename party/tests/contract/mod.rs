@@ -28,7 +28,7 @@ use tonic::{Code, Request};
 #[derive(Clone, Debug)]
 pub enum Call {
     Open(pb::RunPlan),
-    /// A log-likelihood-ratio step of one of the ratio queries.
+    /// A step of one of the queries (a gradient query sends `theta` only).
     Step {
         kind: QueryKind,
         run: RunRef,
@@ -40,12 +40,13 @@ pub enum Call {
     Close(RunRef),
 }
 
-/// Which ratio query a step asks.
+/// Which query a step asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueryKind {
     Full,
     Minibatch,
     Barker,
+    Gradient,
 }
 
 /// Which run a call names.
@@ -205,6 +206,11 @@ impl Subject {
                                 pb::step_request::Query::MinibatchLogLikRatio(q)
                             }
                             QueryKind::Barker => pb::step_request::Query::BarkerLogLikRatio(q),
+                            QueryKind::Gradient => {
+                                pb::step_request::Query::Gradient(pb::GradientQuery {
+                                    theta: theta.clone(),
+                                })
+                            }
                         }
                     }),
                 };
@@ -310,6 +316,42 @@ pub fn barker_plan(chains: u32, steps: u64, batch: u64, share: f64) -> pb::RunPl
         batch_size: batch,
         barker_variance: share,
         ..plan(chains, steps, 0.0, pb::run_plan::Noise::Calibrate(true))
+    }
+}
+
+/// A DP HMC plan of `iterations` per chain with `leapfrog` steps: the ratio's clip and τ,
+/// then the gradient's.
+pub fn hmc_plan(
+    chains: u32,
+    iterations: u64,
+    leapfrog: u32,
+    (clip, tau_l): (f64, f64),
+    (gradient_clip, gradient_tau): (f64, f64),
+) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::Hmc as i32,
+        leapfrog_steps: leapfrog,
+        gradient_clip,
+        gradient_tau,
+        ..plan(
+            chains,
+            iterations * (u64::from(leapfrog) + 2),
+            clip,
+            tau(tau_l),
+        )
+    }
+}
+
+/// A private-initialiser plan: `steps` gradient releases per chain, clip b_g, τ_g.
+pub fn initialiser_plan(
+    chains: u32,
+    steps: u64,
+    gradient_clip: f64,
+    noise: pb::run_plan::Noise,
+) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::Initialiser as i32,
+        ..plan(chains, steps, gradient_clip, noise)
     }
 }
 
