@@ -11,7 +11,11 @@ use std::sync::Arc;
 use fedmcmc_common::diagnostics::MIN_DRAWS;
 use fedmcmc_common::models::Model;
 
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
 use crate::federation::{Closed, Federation, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+use crate::initialiser::{self, Initialised, InitialiserSettings};
 use crate::interrupt::{Signal, Stop};
 use crate::output;
 use crate::planning;
@@ -41,6 +45,15 @@ pub struct Inits {
     pub label: String,
 }
 
+/// How the chains' starting points are found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Start {
+    /// Points the analyst gave (or a simulation protocol chose), one per chain.
+    Given(Inits),
+    /// The private initialiser, before the sampling run, at its share of the budget.
+    Private(InitialiserSettings),
+}
+
 pub struct JobResult {
     pub parties: Vec<PartyInfo>,
     /// Each party's run plan, in party order.
@@ -51,6 +64,8 @@ pub struct JobResult {
     pub noise: NoiseChoice,
     pub traces: Vec<ChainTrace>,
     pub inits: Inits,
+    /// What the private initialiser did, if it chose the starts.
+    pub initialiser: Option<Initialised>,
     /// Set when a stop request cut some chain short of `sampler.iterations`.
     pub interrupted: Option<Signal>,
 }
@@ -83,7 +98,7 @@ pub async fn run<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     model: Arc<dyn Model>,
     settings: &JobSettings,
-    inits: Inits,
+    start: Start,
     out: &Path,
     progress: impl FnOnce(u32, u64) -> Arc<dyn Progress>,
     stop: &Stop,
@@ -103,14 +118,43 @@ pub async fn run<P: PartyHandle>(
             );
         }
     }
-    let planned = planning::plan(
-        &parties,
-        &settings.variant,
-        settings.chains,
-        settings.tau,
-        settings.iterations,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let plan = |parties: &[PartyInfo]| {
+        planning::plan(
+            parties,
+            &settings.variant,
+            settings.chains,
+            settings.tau,
+            settings.iterations,
+        )
+        .map_err(anyhow::Error::msg)
+    };
+    let (parties, inits, initialised) = match start {
+        Start::Given(inits) => (parties, inits, None),
+        Start::Private(init) => {
+            // Plan the sampling on what the initialiser will leave first: a job that cannot
+            // fit then spends nothing.
+            let left: Vec<PartyInfo> = parties
+                .iter()
+                .map(|p| PartyInfo {
+                    mu_remaining: (1.0 - init.share) * p.mu_remaining,
+                    ..p.clone()
+                })
+                .collect();
+            plan(&left)?;
+            if stop.is_requested() {
+                anyhow::bail!("stopped before any run was opened; nothing was released");
+            }
+            let done = initialiser::run(&federation, &model, &parties, init).await?;
+            let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+            rng.set_stream(INIT_STREAM);
+            let inits = Inits {
+                points: initialiser::disperse(&done, settings.chains, &mut rng),
+                label: initialiser_label(&done),
+            };
+            (federation.describe().await?, inits, Some(done))
+        }
+    };
+    let planned = plan(&parties)?;
     let warmup = settings.warmup.unwrap_or(planned.iterations / 2);
     let config = SamplerConfig {
         variant: settings.variant,
@@ -170,5 +214,28 @@ pub async fn run<P: PartyHandle>(
         noise: planned.noise,
         traces,
         inits,
+        initialiser: initialised,
     })
+}
+
+/// The random stream of the chains' starting points, whichever protocol draws them (the
+/// base seed's other streams belong to the chains and, in simulations, the data).
+pub const INIT_STREAM: u64 = 2;
+
+/// One line naming the initialiser, its cost and where the chains start.
+fn initialiser_label(init: &Initialised) -> String {
+    let epsilons: Vec<String> = init
+        .closed
+        .iter()
+        .map(|c| format!("{:.4}", c.run_epsilon))
+        .collect();
+    format!(
+        "private initialiser: {} noisy clipped-gradient ascent steps from the prior's mode (gradient clip {}), {:.0}% of each party's remaining budget (ε = {} per party); chains start at its point {:?} + N(0, diag({:?})²), how far its last half strayed",
+        init.settings.steps,
+        init.settings.gradient_clip,
+        100.0 * init.settings.share,
+        epsilons.join(", "),
+        init.point,
+        init.scale
+    )
 }

@@ -1,14 +1,17 @@
 //! The analyst's side of the federation.
 //!
 //! - `federation`: the parties as one summed contribution (in-process or over gRPC).
-//! - `sampler`: chains and their bookkeeping; `kernels`: how releases become decisions (the
-//!   penalty kernel; the acceptance test itself is `fedmcmc_common::acceptance`).
+//! - `sampler`: chains and their bookkeeping; `kernels`: how releases become decisions
+//!   (penalty, Barker, HMC; the acceptance tests themselves are
+//!   `fedmcmc_common::acceptance`); `variant`: which kernel, and each party's run plan.
+//! - `initialiser`: the private initialiser, where chains start when no point is given.
 //! - `planning`: iterations from τ (Räisä 2020, Alg. 2) or τ from iterations.
 //! - `job`: check, plan, open, sample, close; shared by `simulate` and `run`.
 //! - `interrupt`: SIGINT/SIGTERM as a stop flag the sampler checks between steps.
 //! - `simulate`, `remote`: the two ways to launch a job; `output`, `progress`: what it shows.
 //! - `privacy_cli`: `coordinator privacy …`, the accountants on the command line.
 pub mod federation;
+pub mod initialiser;
 pub mod interrupt;
 pub mod job;
 pub mod kernels;

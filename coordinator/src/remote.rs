@@ -8,8 +8,9 @@ use serde::Deserialize;
 
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::initialiser::{self, InitChoice, InitialiserSettings};
 use crate::interrupt::Stop;
-use crate::job::{self, Inits, JobSettings};
+use crate::job::{self, Inits, JobSettings, Start};
 use crate::output::{self, Report};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
@@ -56,8 +57,13 @@ pub struct SamplerSection {
     pub target_accept: f64,
     #[serde(default = "default_seed")]
     pub seed: u64,
-    /// Where every chain starts. Required: a real analyst has no true θ to start from.
-    pub init: Vec<f64>,
+    /// Where the chains start: `"private"` (the default: the private initialiser) or one
+    /// point `[x, y, …]` for every chain.
+    pub init: Option<InitChoice>,
+    /// The private initialiser's share of each party's remaining budget (default 0.1) and
+    /// its gradient releases (default 100).
+    pub init_share: Option<f64>,
+    pub init_steps: Option<u64>,
 }
 
 fn default_variant() -> VariantName {
@@ -158,15 +164,29 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
         target_accept: s.target_accept,
         seed: s.seed,
     };
-    let inits = Inits {
-        points: vec![s.init.clone(); s.chains as usize],
-        label: format!("given: {:?}", s.init),
+    let start = match s.init.clone().unwrap_or(InitChoice::Private) {
+        InitChoice::Private => {
+            let init = InitialiserSettings {
+                share: s.init_share.unwrap_or(initialiser::DEFAULT_SHARE),
+                steps: s.init_steps.unwrap_or(initialiser::DEFAULT_STEPS),
+                gradient_clip: variant.gradient_clip(s.clip),
+            };
+            init.check().map_err(anyhow::Error::msg)?;
+            Start::Private(init)
+        }
+        InitChoice::Point(point) => Start::Given(Inits {
+            points: vec![point.clone(); s.chains as usize],
+            label: format!("given: {point:?}"),
+        }),
+        InitChoice::TruthJitter => anyhow::bail!(
+            "init = \"truth-jitter\" is a simulation protocol: a run has no true θ; use \"private\" or a point"
+        ),
     };
     let result = job::run(
         Arc::new(Federation::new(handles)),
         Arc::clone(&model),
         &settings,
-        inits,
+        start,
         &out,
         crate::progress::for_terminal,
         stop,

@@ -18,8 +18,9 @@ use tokio::sync::oneshot;
 
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::initialiser::{self, InitChoice, InitialiserSettings};
 use crate::interrupt::Stop;
-use crate::job::{self, Inits, JobSettings};
+use crate::job::{self, Inits, JobSettings, Start};
 use crate::output::{self, Report, summary::ExactReference};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
@@ -129,9 +130,18 @@ pub struct SimulateArgs {
     /// Seed for data, initial points, chains and the exact reference [default: 1].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Initial point for every chain, comma-separated (default: the thesis protocol).
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
-    pub init: Option<Vec<f64>>,
+    /// Where the chains start: `private` (noisy-gradient ascent from the prior's mode at
+    /// --init-share of every party's budget, chains overdispersed around the point found),
+    /// `truth-jitter` (the thesis's simulation protocol: true θ plus noise; only a
+    /// simulation knows θ), or one point `x,y,…` for every chain [default: private].
+    #[arg(long, allow_hyphen_values = true)]
+    pub init: Option<InitChoice>,
+    /// The private initialiser's share of each party's remaining budget [default: 0.1].
+    #[arg(long)]
+    pub init_share: Option<f64>,
+    /// The private initialiser's gradient releases [default: 100].
+    #[arg(long)]
+    pub init_steps: Option<u64>,
     /// Output directory [default: out/sim-<unix time>].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -167,6 +177,8 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         no_adapt: flags.no_adapt.or(file.no_adapt),
         seed: flags.seed.or(file.seed),
         init: flags.init.or(file.init),
+        init_share: flags.init_share.or(file.init_share),
+        init_steps: flags.init_steps.or(file.init_steps),
         out: flags.out.or(file.out),
         model_spec: file.model_spec,
     }
@@ -181,7 +193,9 @@ pub struct Simulation {
     pub epsilon: f64,
     pub delta: f64,
     pub job: JobSettings,
-    pub init: Option<Vec<f64>>,
+    pub init: InitChoice,
+    /// The private initialiser's settings, used when `init` is private.
+    pub initialiser: InitialiserSettings,
     pub out: PathBuf,
 }
 
@@ -236,6 +250,12 @@ impl Simulation {
             );
         }
         // DP HMC always needs a ratio τ: its parties do not calibrate its two noises.
+        let initialiser = InitialiserSettings {
+            share: args.init_share.unwrap_or(initialiser::DEFAULT_SHARE),
+            steps: args.init_steps.unwrap_or(initialiser::DEFAULT_STEPS),
+            gradient_clip: variant.gradient_clip(args.clip),
+        };
+        initialiser.check().map_err(anyhow::Error::msg)?;
         let default_tau = match variant {
             Variant::Penalty if iterations.is_none() => Some(0.1),
             Variant::Hmc { .. } => Some(0.1),
@@ -259,7 +279,8 @@ impl Simulation {
                 target_accept: 0.25,
                 seed: args.seed.unwrap_or(1),
             },
-            init: args.init,
+            init: args.init.unwrap_or(InitChoice::Private),
+            initialiser,
             out: args
                 .out
                 .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
@@ -275,7 +296,6 @@ fn stream(seed: u64, purpose: u64) -> ChaCha8Rng {
 }
 
 const DATA_STREAM: u64 = 1;
-const INIT_STREAM: u64 = 2;
 const EXACT_STREAM: u64 = 3;
 const MMD_STREAM: u64 = 4;
 
@@ -430,21 +450,27 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     }
     let federation = Arc::new(Federation::new(handles));
 
-    let inits = match &sim.init {
-        Some(point) => Inits {
+    let start = match &sim.init {
+        InitChoice::Private => Start::Private(sim.initialiser),
+        InitChoice::Point(point) => Start::Given(Inits {
             points: vec![point.clone(); sim.job.chains as usize],
             label: format!("given: {point:?}"),
-        },
-        None => Inits {
-            points: thesis_inits(&truth, exact.as_ref(), sim.job.chains, &mut stream(sim.job.seed, INIT_STREAM)),
-            label: "thesis protocol for simulations: true θ + N(0, 1)·(mean exact posterior sd) per chain (uses the known truth)".into(),
-        },
+        }),
+        InitChoice::TruthJitter => Start::Given(Inits {
+            points: thesis_inits(
+                &truth,
+                exact.as_ref(),
+                sim.job.chains,
+                &mut stream(sim.job.seed, job::INIT_STREAM),
+            ),
+            label: "truth-jitter, the thesis's protocol for simulations: true θ + N(0, 1)·(mean exact posterior sd) per chain (uses the known truth)".into(),
+        }),
     };
     let result = job::run(
         Arc::clone(&federation),
         Arc::clone(&model),
         &sim.job,
-        inits,
+        start,
         out,
         crate::progress::for_terminal,
         stop,

@@ -152,6 +152,16 @@ impl Variant {
         })
     }
 
+    /// The clip on each row's gradient norm the private initialiser uses: DP HMC's own, else
+    /// the ratio's clip coefficient (a bound on |ℓ(x|θ′) − ℓ(x|θ)|/‖θ′ − θ‖, the same units
+    /// as a gradient norm), else the HMC default.
+    pub fn gradient_clip(&self, clip: Option<f64>) -> f64 {
+        match *self {
+            Variant::Hmc { gradient_clip, .. } => gradient_clip,
+            _ => clip.unwrap_or(DEFAULT_GRADIENT_CLIP),
+        }
+    }
+
     /// Releases per party per iteration: L + 1 gradients and a ratio for DP HMC, else one.
     pub fn releases_per_iteration(&self) -> u64 {
         match *self {

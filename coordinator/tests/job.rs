@@ -12,8 +12,9 @@ use fedmcmc_coordinator::federation::{
     CallError, CallErrorKind, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo,
     Query, RunPlan,
 };
+use fedmcmc_coordinator::initialiser::InitialiserSettings;
 use fedmcmc_coordinator::interrupt::{Signal, Stop};
-use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings};
+use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings, Start};
 use fedmcmc_coordinator::output;
 use fedmcmc_coordinator::sampler::{Progress, Quiet};
 use fedmcmc_party::PartyNode;
@@ -123,18 +124,18 @@ fn settings(iterations: u64) -> JobSettings {
     }
 }
 
-fn inits(point: &[f64]) -> Inits {
-    Inits {
+fn inits(point: &[f64]) -> Start {
+    Start::Given(Inits {
         points: vec![point.to_vec(); CHAINS as usize],
         label: "test".into(),
-    }
+    })
 }
 
 impl Setup {
     async fn run(
         &self,
         settings: &JobSettings,
-        inits: Inits,
+        inits: Start,
         out: &Path,
         progress: Arc<dyn Progress>,
         stop: &Stop,
@@ -153,7 +154,7 @@ impl Setup {
 
     /// Runs a job that must be refused, and checks that no OpenRun reached any party and
     /// nothing is reserved or spent. Returns the refusal.
-    async fn refused(&self, settings: &JobSettings, inits: Inits, out: &Path) -> String {
+    async fn refused(&self, settings: &JobSettings, inits: Start, out: &Path) -> String {
         let err = self
             .run(settings, inits, out, Arc::new(Quiet), &Stop::new())
             .await
@@ -385,5 +386,75 @@ async fn a_failed_chain_fails_the_job_and_the_run_is_still_closed() {
     );
     for node in &s.nodes {
         assert_eq!(PartyNode::describe(node).open_runs, 0);
+    }
+}
+
+fn private() -> Start {
+    Start::Private(InitialiserSettings {
+        share: 0.1,
+        steps: 40,
+        gradient_clip: 2.0,
+    })
+}
+
+/// A sampling plan that cannot fit what the initialiser would leave is refused before the
+/// initialiser spends anything.
+#[tokio::test]
+async fn a_private_start_is_refused_before_spending_when_sampling_cannot_fit() {
+    let s = setup();
+    let out = tempfile::tempdir().unwrap();
+    let err = s.refused(&settings(1 << 40), private(), out.path()).await;
+    assert!(err.contains("does not fit the privacy budget"), "{err}");
+}
+
+/// The initialiser is its own run on every party, charged and closed before the sampling
+/// run opens; its cost is its share of each party's μ, the chains start at distinct points
+/// around what it found, and each party's commitment is the two runs together.
+#[tokio::test]
+async fn a_private_start_is_charged_then_the_chains_sample() {
+    let s = setup();
+    let before: Vec<f64> = s
+        .nodes
+        .iter()
+        .map(|n| PartyNode::describe(n).mu_remaining)
+        .collect();
+    let out = tempfile::tempdir().unwrap();
+    let job = s
+        .run(
+            &settings(100),
+            private(),
+            out.path(),
+            Arc::new(Quiet),
+            &Stop::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.opens.load(Ordering::SeqCst),
+        4,
+        "two runs on each of two parties"
+    );
+    let init = job.initialiser.as_ref().expect("the initialiser ran");
+    for (i, closed) in init.closed.iter().enumerate() {
+        assert_eq!(closed.releases, 40);
+        // k releases at s cost k/(2s²) of μ: the share of what was left.
+        let s_i = init.grants[i].noise_multiplier;
+        let mu = 40.0 / (2.0 * s_i * s_i);
+        assert!(
+            (mu - 0.1 * before[i]).abs() <= 1e-9 * mu,
+            "{mu} vs {}",
+            before[i]
+        );
+        assert!(closed.run_epsilon > 0.0);
+    }
+    let starts: Vec<&[f64]> = job.traces.iter().map(|t| t.draw(0)).collect();
+    assert_ne!(starts[0], starts[1], "chains start apart");
+    assert!(job.inits.label.starts_with("private initialiser"));
+    for (node, closed) in s.nodes.iter().zip(&job.closed) {
+        let d = PartyNode::describe(node);
+        assert_eq!(
+            (d.open_runs, d.epsilon_committed),
+            (0, closed.epsilon_committed)
+        );
     }
 }

@@ -189,6 +189,11 @@ impl Model for Banana {
         -0.5 * self.tau0 * ss + 0.5 * d as f64 * (self.tau0.ln() - LN_2PI)
     }
 
+    /// g(0): the latent prior N(0, σ0² I) peaks at u = 0 and the shear has Jacobian 1.
+    fn prior_mode(&self) -> Vec<f64> {
+        self.shear.g(vec![0.0; self.dim()])
+    }
+
     fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]) {
         for (i, o) in out.iter_mut().enumerate() {
             *o = -self.tau0 * self.shear.u(theta, i);

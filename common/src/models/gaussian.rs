@@ -144,6 +144,10 @@ impl Model for Gaussian {
         self.temperature
     }
 
+    fn prior_mode(&self) -> Vec<f64> {
+        self.prior_mean.clone()
+    }
+
     fn log_prior(&self, theta: &[f64]) -> f64 {
         let ss: f64 = theta
             .iter()

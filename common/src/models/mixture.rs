@@ -139,6 +139,10 @@ impl Model for Mixture {
             - 0.5 * (self.tau0[0] * theta[0] * theta[0] + self.tau0[1] * theta[1] * theta[1])
     }
 
+    fn prior_mode(&self) -> Vec<f64> {
+        vec![0.0; 2]
+    }
+
     fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]) {
         out[0] = -self.tau0[0] * theta[0];
         out[1] = -self.tau0[1] * theta[1];

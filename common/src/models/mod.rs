@@ -41,6 +41,8 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn log_prior(&self, theta: &[f64]) -> f64;
     /// ∇ ln p(θ), written into `out` (overwritten, length `dim`).
     fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]);
+    /// The prior's mode: public, so it is where the private initialiser starts its ascent.
+    fn prior_mode(&self) -> Vec<f64>;
     /// T · ln p(x|θ), normalising constant included.
     fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64;
     /// ∇_θ T · ln p(x|θ), written into `out` (overwritten, length `dim`).

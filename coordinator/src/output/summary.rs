@@ -4,6 +4,7 @@
 use fedmcmc_common::diagnostics::{self, DiagnosticsError};
 use serde::Serialize;
 
+use crate::initialiser::InitialiserSettings;
 use crate::job::JobResult;
 use crate::variant::Variant;
 
@@ -60,7 +61,10 @@ pub struct PartySummary {
     pub releases: u64,
     pub tau: f64,
     pub noise_multiplier: f64,
-    /// ε this run spent at the party's δ.
+    /// ε the private initialiser's run spent at the party's δ, if it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initialiser_epsilon_spent: Option<f64>,
+    /// ε the sampling run spent at the party's δ.
     pub epsilon_spent: f64,
     /// ε at δ of everything the party has spent so far, this run included.
     pub epsilon_committed: f64,
@@ -74,6 +78,9 @@ pub struct Summary {
     #[serde(flatten)]
     pub sampler: Variant,
     pub init: String,
+    /// The private initialiser's settings, the point it found and the sd it estimated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initialiser: Option<InitialiserSummary>,
     pub seed: u64,
     /// True when a signal stopped the chains before their planned iterations.
     pub partial: bool,
@@ -92,6 +99,14 @@ pub struct Summary {
     /// MMD between two independent exact samples of the same size: the noise floor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mmd_baseline: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct InitialiserSummary {
+    #[serde(flatten)]
+    pub settings: InitialiserSettings,
+    pub point: Vec<f64>,
+    pub scale: Vec<f64>,
 }
 
 /// Exact-posterior facts a simulation knows.
@@ -183,7 +198,8 @@ pub fn summarise(
         .zip(&job.grants)
         .zip(&job.closed)
         .zip(&job.plans)
-        .map(|(((p, g), c), plan)| PartySummary {
+        .enumerate()
+        .map(|(i, (((p, g), c), plan))| PartySummary {
             name: p.name.clone(),
             rows: p.rows,
             batch_size: plan.batch_size,
@@ -191,6 +207,10 @@ pub fn summarise(
             releases: c.releases,
             tau: g.tau,
             noise_multiplier: g.noise_multiplier,
+            initialiser_epsilon_spent: job
+                .initialiser
+                .as_ref()
+                .map(|init| init.closed[i].run_epsilon),
             epsilon_spent: c.run_epsilon,
             epsilon_committed: c.epsilon_committed,
             delta: p.delta,
@@ -200,6 +220,11 @@ pub fn summarise(
         model: model.to_string(),
         sampler: job.sampler.variant,
         init: job.inits.label.clone(),
+        initialiser: job.initialiser.as_ref().map(|init| InitialiserSummary {
+            settings: init.settings,
+            point: init.point.clone(),
+            scale: init.scale.clone(),
+        }),
         seed: job.sampler.seed,
         partial: stopped_by.is_some(),
         stopped_by,
