@@ -82,27 +82,53 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// to norm at most `bound` by [`crate::clip::clip_norm`], written into `out` (length
     /// `dim`); returns how many rows the clip changed (local diagnostics only, never
     /// released). `bound` applies to the tempered gradient: a clip b_g on the untempered one
-    /// is `T·b_g` here. The default goes row by row through [`Model::grad_log_lik_row`]; a
-    /// model with a faster form overrides it.
+    /// is `T·b_g` here. The default is [`clipped_grad_sum_by_rows`]; a model with a faster
+    /// form overrides it.
     fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
-        assert_eq!(out.len(), self.dim(), "one entry per parameter");
-        out.fill(0.0);
-        let (mut row, mut g) = (vec![0.0; data.d()], vec![0.0; self.dim()]);
-        let mut clipped = 0;
-        for i in 0..data.n() {
-            data.row_into(i, &mut row);
-            self.grad_log_lik_row(theta, &row, &mut g);
-            clipped += u64::from(crate::clip::clip_norm(&mut g, bound));
-            for (o, gi) in out.iter_mut().zip(&g) {
-                *o += gi;
-            }
-        }
-        clipped
+        clipped_grad_sum_by_rows(self, data, theta, bound, out)
     }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns;
     /// The exact tempered posterior given `data`, if the model has a closed form.
     fn exact_posterior(&self, data: &Columns) -> Option<Box<dyn ExactPosterior>>;
+}
+
+/// [`Model::clipped_grad_sum`] row by row through [`Model::grad_log_lik_row`]: the trait's
+/// default, public so that tests and benchmarks can hold a model's faster override against it.
+pub fn clipped_grad_sum_by_rows<M: Model + ?Sized>(
+    model: &M,
+    data: &Columns,
+    theta: &[f64],
+    bound: f64,
+    out: &mut [f64],
+) -> u64 {
+    assert_eq!(out.len(), model.dim(), "one entry per parameter");
+    sum_clipped_rows(data, bound, out, |row, g| {
+        model.grad_log_lik_row(theta, row, g)
+    })
+}
+
+/// Σ_x clip_norm(grad(x), bound) over the rows of `data` into `out` (whose length is the
+/// gradient's), and how many rows the clip changed: the plain loop, one row copy and one
+/// [`crate::clip::clip_norm`] per row.
+fn sum_clipped_rows(
+    data: &Columns,
+    bound: f64,
+    out: &mut [f64],
+    mut grad: impl FnMut(&[f64], &mut [f64]),
+) -> u64 {
+    out.fill(0.0);
+    let (mut row, mut g) = (vec![0.0; data.d()], vec![0.0; out.len()]);
+    let mut clipped = 0;
+    for i in 0..data.n() {
+        data.row_into(i, &mut row);
+        grad(&row, &mut g);
+        clipped += u64::from(crate::clip::clip_norm(&mut g, bound));
+        for (o, gi) in out.iter_mut().zip(&g) {
+            *o += gi;
+        }
+    }
+    clipped
 }
 
 /// An exact posterior: a reference sample for accuracy measures and closed-form moments.
