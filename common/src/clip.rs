@@ -62,6 +62,22 @@ pub fn clip_norm(g: &mut [f64], bound: f64) -> bool {
     true
 }
 
+/// The largest t with √t ≤ `bound` in floating point, so that `norm_sq <= t` decides
+/// [`clip_norm`]'s `norm <= bound` exactly, with no square root per row (the hot loop takes
+/// roots only of the rows it clips). Exact because a correctly rounded square root is monotone:
+/// the squares it keeps are an interval [0, t]. Starts from bound², a few ulps from t.
+pub(crate) fn norm_sq_bound(bound: f64) -> f64 {
+    debug_assert!(bound >= 0.0);
+    let mut t = bound * bound;
+    while t.sqrt() > bound {
+        t = t.next_down();
+    }
+    while t < f64::INFINITY && t.next_up().sqrt() <= bound {
+        t = t.next_up();
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +107,41 @@ mod tests {
             assert!(clip_norm(&mut g, 1.0));
             assert_eq!(g, [0.0, 0.0]);
         }
+    }
+
+    #[test]
+    fn norm_sq_bound_decides_the_norm_test_exactly() {
+        for bound in [
+            0.0,
+            5e-324,
+            1e-160,
+            0.1,
+            1.0,
+            2.0,
+            3.0,
+            0.7,
+            1e100,
+            1e200,
+            f64::MAX,
+        ] {
+            let t = norm_sq_bound(bound);
+            assert!(t.sqrt() <= bound, "bound {bound}");
+            assert!(
+                t == f64::INFINITY || t.next_up().sqrt() > bound,
+                "bound {bound}"
+            );
+            // And on a spread of squares (never negative) around it, the two tests agree.
+            let mut s = t;
+            for _ in 0..64 {
+                s = s.next_down().max(0.0);
+            }
+            for _ in 0..128 {
+                assert_eq!(s <= t, s.sqrt() <= bound, "bound {bound}, s {s}");
+                s = s.next_up();
+            }
+        }
+        assert_eq!(norm_sq_bound(f64::INFINITY), f64::INFINITY);
+        assert_eq!(norm_sq_bound(0.0), 0.0);
     }
 
     #[test]

@@ -1,8 +1,15 @@
-//! The party's hot loop. For the Gaussian-likelihood models here, the per-row log-likelihood
+//! The party's hot loops. For the Gaussian-likelihood models here, the per-row log-likelihood
 //! ratio r_x = ℓ(x|θ′) − ℓ(x|θ) is affine in the row, r_x = c + Σ_j w_j x_j, with (w, c)
-//! depending only on (θ, θ′). So one kernel serves every such model: each model derives (w, c)
-//! once per call and this streams the columns.
-use crate::clip::{ClippedSum, clip};
+//! depending only on (θ, θ′), and so is the per-row gradient, ∇_θ ℓ(x|θ) = A x + c, with
+//! (A, c) depending only on θ. So one kernel per quantity serves every such model: each model
+//! derives its coefficients once per call and the kernel streams the columns.
+mod lanes;
+
+#[cfg(target_arch = "x86_64")]
+use self::lanes::Avx2;
+use self::lanes::{Lanes, Portable};
+use super::sum_clipped_rows;
+use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::Columns;
 
 /// Rows per block: the partial sums of a block live in a stack buffer that stays in L1.
@@ -19,7 +26,7 @@ pub fn clipped_affine_sum(cols: &Columns, w: &[f64], c: f64, bound: f64) -> Clip
     assert_eq!(w.len(), cols.d(), "one weight per column");
     assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if wide() {
         // SAFETY: the CPU has just been checked for every feature the function enables.
         return unsafe { kernel_avx2(cols, w, c, bound) };
     }
@@ -42,8 +49,46 @@ pub fn clipped_affine_terms(cols: &Columns, w: &[f64], c: f64, bound: f64, out: 
     }
 }
 
-/// The same kernel compiled for AVX2/FMA, chosen at run time: a portable build keeps its
-/// baseline target and still gets the wide loop where the CPU has it.
+/// Σ_x clip_b(A x + c) over the rows of `cols` into `out`, and how many rows the clip
+/// changed: the party's clipped gradient sum (Räisä 2020, Sec. 4.2) when A x + c is a row's
+/// tempered gradient. Each row is clipped as [`crate::clip::clip_norm`] clips it: scaled to
+/// norm at most `bound`, or zero if its norm is not finite.
+///
+/// `a` holds A (`dim` × `cols.d()`, `dim` = `c.len()` = `out.len()`) column by column:
+/// `a[j*dim..(j+1)*dim]` is ∂g/∂x_j, so a model builds each column with its own chain rule.
+/// Square A up to [`GRAD_MAX_DIM`] runs four rows at a time in registers (A dense, zeros
+/// included); other shapes go row by row. The norm test runs on the squared norm (against
+/// `clip::norm_sq_bound`), so square roots and divisions run only for the groups of four rows
+/// that hold a clipped one. The summation order is fixed, so the result is deterministic.
+pub fn clipped_affine_grad_sum(
+    cols: &Columns,
+    a: &[f64],
+    c: &[f64],
+    bound: f64,
+    out: &mut [f64],
+) -> u64 {
+    let (dim, d) = (c.len(), cols.d());
+    assert_eq!(a.len(), dim * d, "A is dim × columns");
+    assert_eq!(out.len(), dim, "one entry per parameter");
+    assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
+    if dim != d || dim > GRAD_MAX_DIM {
+        return sum_clipped_rows(cols, bound, out, |x, g| affine_grad_row(a, c, x, g));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // SAFETY: the CPU has just been checked for every feature the function enables.
+        return unsafe { grad_avx2(cols, a, c, bound, out) };
+    }
+    grad_dims::<Portable>(cols, a, c, bound, out)
+}
+
+/// Whether to run the AVX2/FMA copies of the kernels, compiled so that a portable build keeps
+/// its baseline target and still gets the wide loops where the CPU has them.
+#[cfg(target_arch = "x86_64")]
+fn wide() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kernel_avx2(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
@@ -103,6 +148,165 @@ fn kernel(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
     }
 }
 
+/// One row's A x + c into `g`, `a` column by column as in [`clipped_affine_grad_sum`].
+fn affine_grad_row(a: &[f64], c: &[f64], x: &[f64], g: &mut [f64]) {
+    g.copy_from_slice(c);
+    for (column, &xj) in a.chunks_exact(c.len()).zip(x) {
+        for (gk, akj) in g.iter_mut().zip(column) {
+            *gk += akj * xj;
+        }
+    }
+}
+
+/// The largest square A with a register kernel of its own (one instance per dimension).
+pub const GRAD_MAX_DIM: usize = 8;
+
+/// The gradient kernel in AVX2 registers, with fused multiply-adds: so its last bits can
+/// differ from the portable copy's, each deterministic.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn grad_avx2(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+    grad_dims::<Avx2>(cols, a, c, bound, out)
+}
+
+#[inline(always)]
+fn grad_dims<V: Lanes>(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+    match c.len() {
+        1 => grad_kernel::<V, 1>(cols, a, c, bound, out),
+        2 => grad_kernel::<V, 2>(cols, a, c, bound, out),
+        3 => grad_kernel::<V, 3>(cols, a, c, bound, out),
+        4 => grad_kernel::<V, 4>(cols, a, c, bound, out),
+        5 => grad_kernel::<V, 5>(cols, a, c, bound, out),
+        6 => grad_kernel::<V, 6>(cols, a, c, bound, out),
+        7 => grad_kernel::<V, 7>(cols, a, c, bound, out),
+        8 => grad_kernel::<V, 8>(cols, a, c, bound, out),
+        dim => unreachable!("no register kernel for dimension {dim}"),
+    }
+}
+
+/// Eight rows a step, as two groups of four with accumulators of their own (so that the adds
+/// overlap). A first pass adds the rows kept whole and lists the groups that hold a clipped
+/// row, without a branch; a second pass over each block's list recomputes those groups and
+/// adds their clipped rows. Their square roots and divisions, dearer than the rest of a row
+/// together, are paid only there.
+#[inline(always)]
+fn grad_kernel<V: Lanes, const D: usize>(
+    cols: &Columns,
+    a: &[f64],
+    c: &[f64],
+    bound: f64,
+    out: &mut [f64],
+) -> u64 {
+    let n = cols.n();
+    let map = GradMap::<V, D>::new(a, c, bound);
+    let n_full = n - n % 8;
+    let x: [&[f64]; D] = std::array::from_fn(|j| &cols.col(j)[..n_full]);
+    let rows = |r: usize| std::array::from_fn(|j| V::load(&x[j][r..]));
+    let mut kept = [[V::splat(0.0); D]; 2];
+    let mut clipped = [V::splat(0.0); D];
+    let mut count = 0u64;
+    let mut listed = [0usize; BLOCK / 4];
+    for start in (0..n_full).step_by(BLOCK) {
+        let mut n_listed = 0;
+        for r in (start..n_full.min(start + BLOCK)).step_by(8) {
+            for (h, acc) in kept.iter_mut().enumerate() {
+                let (g, s) = map.grads(rows(r + 4 * h));
+                let whole = map.add_kept(g, s, acc);
+                count += u64::from(4 - whole.count_ones());
+                listed[n_listed] = r + 4 * h;
+                n_listed += usize::from(whole != 0b1111);
+            }
+        }
+        for &r in &listed[..n_listed] {
+            let (g, s) = map.grads(rows(r));
+            map.add_clipped(g, s, &mut clipped);
+        }
+    }
+    if n_full < n {
+        // The last n mod 8 rows, padded with zero rows that are masked out (kept, adding +0).
+        let tail: [[f64; 8]; D] = std::array::from_fn(|j| {
+            std::array::from_fn(|l| cols.col(j).get(n_full + l).copied().unwrap_or(0.0))
+        });
+        for (h, acc) in kept.iter_mut().enumerate() {
+            let real = V::first((n - n_full).saturating_sub(4 * h));
+            let (g, s) = map.grads(std::array::from_fn(|j| V::load(&tail[j][4 * h..])));
+            let (g, s) = (g.map(|v| v.and(real)), s.and(real));
+            let whole = map.add_kept(g, s, acc);
+            count += u64::from(4 - whole.count_ones());
+            if whole != 0b1111 {
+                map.add_clipped(g, s, &mut clipped);
+            }
+        }
+    }
+    for (k, o) in out.iter_mut().enumerate() {
+        *o = kept[0][k]
+            .add(kept[1][k])
+            .add(clipped[k])
+            .to_array()
+            .iter()
+            .sum();
+    }
+    count
+}
+
+/// A call's A, c and clip, splatted once into lanes.
+struct GradMap<V, const D: usize> {
+    /// `a[k][j]` = A_kj.
+    a: [[V; D]; D],
+    c: [V; D],
+    bound: V,
+    /// A row is kept whole iff its squared norm is at most this.
+    keep: V,
+    /// A row adds nothing iff its squared norm is above this: NaN, or ∞ under a finite bound
+    /// (an infinite bound keeps it, as `clip_norm` does).
+    finite: V,
+}
+
+impl<V: Lanes, const D: usize> GradMap<V, D> {
+    #[inline(always)]
+    fn new(a: &[f64], c: &[f64], bound: f64) -> Self {
+        let keep = norm_sq_bound(bound);
+        GradMap {
+            a: std::array::from_fn(|k| std::array::from_fn(|j| V::splat(a[j * D + k]))),
+            c: std::array::from_fn(|k| V::splat(c[k])),
+            bound: V::splat(bound),
+            keep: V::splat(keep),
+            finite: V::splat(keep.max(f64::MAX)),
+        }
+    }
+
+    /// Four rows' gradients c + A x and their squared norms.
+    #[inline(always)]
+    fn grads(&self, x: [V; D]) -> ([V; D], V) {
+        let g: [V; D] =
+            std::array::from_fn(|k| (0..D).fold(self.c[k], |v, j| self.a[k][j].mul_add(x[j], v)));
+        let s = (1..D).fold(g[0].mul(g[0]), |s, k| g[k].mul_add(g[k], s));
+        (g, s)
+    }
+
+    /// Adds the rows kept whole to `acc`; returns their mask bits.
+    #[inline(always)]
+    fn add_kept(&self, g: [V; D], s: V, acc: &mut [V; D]) -> u32 {
+        let whole = s.le(self.keep);
+        for (acc, g) in acc.iter_mut().zip(g) {
+            *acc = acc.add(g.and(whole));
+        }
+        whole.bits()
+    }
+
+    /// Adds the clipped rows, scaled by min(1, bound/‖g‖) (the scale `clip_norm` applies), or
+    /// nothing if their norm is not finite (select, not multiply: a non-finite row times 0
+    /// would be NaN).
+    #[inline(always)]
+    fn add_clipped(&self, g: [V; D], s: V, acc: &mut [V; D]) {
+        let scale = self.bound.div(s.sqrt()).min_one();
+        let scaled = s.le(self.finite).and_not(s.le(self.keep));
+        for (acc, g) in acc.iter_mut().zip(g) {
+            *acc = acc.add(g.mul(scale).and(scaled));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +357,123 @@ mod tests {
         // +∞ + ∞·x: NaN for x ≤ 0 (∞·0 is NaN; → −3), +∞ for x > 0 (→ +3).
         let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::INFINITY, 3.0);
         assert_eq!((got.sum, got.clipped), (-3.0, 5));
+    }
+
+    /// The rows of `n` × `d` data that vary smoothly, with a few large rows.
+    fn wavy(n: usize, d: usize) -> Columns {
+        Columns::from_columns(
+            (0..d)
+                .map(|j| {
+                    (0..n)
+                        .map(|i| {
+                            (i as f64 * (0.37 + 0.1 * j as f64)).sin() * (1.0 + (i % 97) as f64)
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    /// The plain loop: each row's A x + c through `clip_norm`.
+    fn by_rows(cols: &Columns, a: &[f64], c: &[f64], bound: f64) -> (Vec<f64>, u64) {
+        let mut out = vec![0.0; c.len()];
+        let clipped = sum_clipped_rows(cols, bound, &mut out, |x, g| affine_grad_row(a, c, x, g));
+        (out, clipped)
+    }
+
+    /// Both copies of the register kernel (and the row-by-row path past [`GRAD_MAX_DIM`]) against
+    /// the plain loop: across block boundaries with a partial last group, and with only a
+    /// partial group; some zero entries of A; at a bound that binds for about half the rows,
+    /// for none and for all.
+    #[test]
+    fn gradient_kernel_matches_the_plain_loop() {
+        for (dim, n) in (1..=GRAD_MAX_DIM + 1).flat_map(|dim| [(dim, 2 * BLOCK + 13), (dim, 3)]) {
+            let cols = wavy(n, dim);
+            let a: Vec<f64> = (0..dim * dim)
+                .map(|i| {
+                    if i % 3 == 1 {
+                        0.0
+                    } else {
+                        0.1 * (i as f64 + 1.0).cos()
+                    }
+                })
+                .collect();
+            let c: Vec<f64> = (0..dim).map(|k| 0.3 - 0.2 * k as f64).collect();
+            let mut norms: Vec<f64> = (0..cols.n())
+                .map(|i| {
+                    let (mut x, mut g) = (vec![0.0; dim], vec![0.0; dim]);
+                    cols.row_into(i, &mut x);
+                    affine_grad_row(&a, &c, &x, &mut g);
+                    g.iter().map(|v| v * v).sum::<f64>().sqrt()
+                })
+                .collect();
+            norms.sort_by(f64::total_cmp);
+            // Halfway between two rows' norms, so that rounding cannot move a row across it.
+            let median = 0.5 * (norms[n / 2] + norms[n / 2 + 1]);
+            for bound in [median, 0.0, f64::INFINITY] {
+                let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
+                let mut got = vec![0.0; dim];
+                let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
+                let mut portable = vec![0.0; dim];
+                let portable_clipped = if dim <= GRAD_MAX_DIM {
+                    grad_dims::<Portable>(&cols, &a, &c, bound, &mut portable)
+                } else {
+                    clipped_affine_grad_sum(&cols, &a, &c, bound, &mut portable)
+                };
+                assert_eq!(clipped, expect_clipped, "dim {dim}, bound {bound}");
+                assert_eq!(portable_clipped, expect_clipped, "dim {dim}, bound {bound}");
+                if bound == median && n > 3 {
+                    assert!(clipped > 400 && clipped < 600, "{clipped}");
+                }
+                let scale: f64 = norms.iter().map(|v| v.min(bound)).sum();
+                for ((g, p), e) in got.iter().zip(&portable).zip(&expect) {
+                    let tol = 1e-12 * scale;
+                    assert!((g - e).abs() <= tol, "dim {dim}, bound {bound}: {g} vs {e}");
+                    assert!((p - e).abs() <= tol, "dim {dim}, bound {bound}: {p} vs {e}");
+                }
+            }
+        }
+    }
+
+    /// A row whose gradient is ∞ or NaN (an infinite entry of A times a row value, ∞ · 0,
+    /// a NaN in c) or whose squared norm overflows adds nothing and counts as clipped, whatever
+    /// the bound; the other rows are untouched.
+    #[test]
+    fn non_finite_gradients_add_nothing() {
+        let cols = Columns::from_columns(vec![
+            vec![1.0, -1.0, 0.0, 1e300, 2.0, 0.5, -0.25, 1.0, 0.0],
+            vec![0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+        ])
+        .unwrap();
+        let n = cols.n() as u64;
+        for bound in [1.0, 1e6, f64::INFINITY] {
+            // Finite A and c: only row 3's squared norm (1e600) is not finite.
+            let (a, c) = ([1.0, 0.0, 0.0, 1.0], [0.0, 0.0]);
+            let mut got = [0.0; 2];
+            let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
+            let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
+            assert_eq!(
+                (got.to_vec(), clipped),
+                (expect, expect_clipped),
+                "bound {bound}"
+            );
+            if bound == 1e6 {
+                assert_eq!(clipped, 1);
+                assert_eq!(got, [3.25, 4.0]);
+            }
+            // ∞ in A: every row's first entry is ±∞, or NaN where x_0 = 0.
+            let a = [f64::INFINITY, 0.0, 0.0, 1.0];
+            let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
+            let ok = bound.is_infinite(); // an infinite bound keeps ±∞ rows, as clip_norm does
+            assert_eq!(clipped, if ok { 2 } else { n }, "bound {bound}");
+            assert_eq!(got[1], if ok { 3.5 } else { 0.0 }, "bound {bound}");
+            // NaN in c: every row is NaN.
+            let c = [f64::NAN, 0.0];
+            let clipped =
+                clipped_affine_grad_sum(&cols, &[1.0, 0.0, 0.0, 1.0], &c, bound, &mut got);
+            assert_eq!((got, clipped), ([0.0, 0.0], n), "bound {bound}");
+        }
     }
 
     #[test]
