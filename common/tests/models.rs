@@ -1,15 +1,15 @@
-//! Models against their definitions: the affine hot loop against per-row log-likelihoods,
-//! gradients against finite differences, exact posteriors against the unnormalised posterior
-//! and against their own samplers, simulation against the likelihood, and spec validation;
-//! the grid reference posterior against a closed form, and the Gaussian mixture, which has
-//! none, against the grid.
+//! Models against their definitions: the affine hot loops against per-row log-likelihoods
+//! and gradients, gradients against finite differences, exact posteriors against the
+//! unnormalised posterior and against their own samplers, simulation against the likelihood,
+//! and spec validation; the grid reference posterior against a closed form, and the Gaussian
+//! mixture, which has none, against the grid.
 use std::sync::Arc;
 
 use fedmcmc_common::clip::clip;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::{
     BananaSpec, ExactPosterior, GaussianSpec, GridError, GridPosterior, MAX_EDGE_MASS, MixtureSpec,
-    Model, ModelError, ModelSpec,
+    Model, ModelError, ModelSpec, clipped_grad_sum_by_rows,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -176,6 +176,130 @@ fn gradients_match_central_differences() {
                 }
             }
         }
+    }
+}
+
+/// Every model, and the dimensions the affine gradient kernel treats apart: one, past its
+/// register kernels, in between.
+fn gradient_specs() -> Vec<ModelSpec> {
+    let mut specs = every_spec();
+    specs.push(ModelSpec::gaussian(vec![vec![0.7]], 10.0));
+    specs.push(ModelSpec::flat_banana(5));
+    specs.push(ModelSpec::tempered_banana(9, 1000));
+    specs
+}
+
+/// Each row's tempered gradient norm ‖∇_θ T·ℓ(x|θ)‖.
+fn gradient_norms(model: &dyn Model, data: &Columns, theta: &[f64]) -> Vec<f64> {
+    let mut g = vec![0.0; model.dim()];
+    rows(data)
+        .iter()
+        .map(|x| {
+            model.grad_log_lik_row(theta, x, &mut g);
+            g.iter().map(|v| v * v).sum::<f64>().sqrt()
+        })
+        .collect()
+}
+
+/// `got` within a relative 1e-12 of `expect`, relative to Σ_x ‖clip_b(g_x)‖: the sum's terms
+/// cancel, so relative to the sum itself would ask more than either order of summation gives.
+fn assert_close(got: &[f64], expect: &[f64], norms: &[f64], bound: f64, what: &str) {
+    let scale: f64 = norms.iter().map(|v| v.min(bound)).sum();
+    for (g, e) in got.iter().zip(expect) {
+        assert!(
+            (g - e).abs() <= 1e-12 * scale,
+            "{what}: {got:?} vs {expect:?}"
+        );
+    }
+}
+
+#[test]
+fn clipped_gradient_sum_equals_the_row_by_row_default() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for spec in gradient_specs() {
+        let model = spec.build().unwrap();
+        let d = model.dim();
+        let truth = spec.true_theta();
+        // Rows enough for several blocks and a partial last group; and fewer than a group.
+        for n in [3001, 5] {
+            let data = model.simulate(&truth, n, &mut rng);
+            let near = add(&truth, &normals(&mut rng, d, 0.05));
+            let far = add(&truth, &normals(&mut rng, d, 1.0));
+            for theta in [truth.clone(), near, far] {
+                let norms = gradient_norms(&*model, &data, &theta);
+                let mut sorted = norms.clone();
+                sorted.sort_by(f64::total_cmp);
+                // Binds for about half the rows (halfway between two rows' norms, so that
+                // rounding cannot move a row across it); for none; for every row.
+                let half = 0.5 * (sorted[n / 2] + sorted[n / 2 + 1]);
+                for bound in [half, 2.0 * sorted[n - 1], 0.0] {
+                    let what = format!("{spec:?} n {n} θ {theta:?} bound {bound}");
+                    let (mut got, mut expect) = (vec![f64::NAN; d], vec![f64::NAN; d]);
+                    let clipped = model.clipped_grad_sum(&data, &theta, bound, &mut got);
+                    let expect_clipped =
+                        clipped_grad_sum_by_rows(&*model, &data, &theta, bound, &mut expect);
+                    assert_eq!(clipped, expect_clipped, "{what}");
+                    assert_close(&got, &expect, &norms, bound, &what);
+                    let norm = got.iter().map(|v| v * v).sum::<f64>().sqrt();
+                    assert!(norm <= n as f64 * bound * (1.0 + 1e-12), "{what}: {norm}");
+                    let expect_count = match bound {
+                        0.0 => n as u64,
+                        b if b == half => (n - n / 2 - 1) as u64,
+                        _ => 0,
+                    };
+                    assert_eq!(clipped, expect_count, "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// A row whose tempered gradient is ∞ or NaN, or whose squared norm overflows, adds nothing
+/// and counts as clipped whatever the bound, in each model's override as in the default: rows
+/// at ±f64::MAX and 1e300 among ordinary ones, and an extreme θ where every row's is.
+#[test]
+fn non_finite_gradients_add_nothing_and_count_as_clipped() {
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    for spec in gradient_specs() {
+        let model = spec.build().unwrap();
+        let (d, theta) = (model.dim(), spec.true_theta());
+        let ordinary = model.simulate(&theta, 37, &mut rng);
+        let extreme = [
+            vec![f64::MAX; model.row_dim()],
+            (0..model.row_dim())
+                .map(|j| if j % 2 == 0 { f64::MAX } else { -f64::MAX })
+                .collect(),
+            vec![1e300; model.row_dim()],
+        ];
+        let mut mixed = rows(&ordinary);
+        for (i, x) in extreme.iter().enumerate() {
+            mixed.insert(10 * i + 3, x.clone());
+        }
+        let mixed = Columns::from_rows(model.row_dim(), &mixed).unwrap();
+        let norms = gradient_norms(&*model, &ordinary, &theta);
+        for bound in [0.5, 1e6] {
+            let what = format!("{spec:?} bound {bound}");
+            let (mut plain, mut got, mut by_rows) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+            let plain_clipped = model.clipped_grad_sum(&ordinary, &theta, bound, &mut plain);
+            let clipped = model.clipped_grad_sum(&mixed, &theta, bound, &mut got);
+            let by_rows_clipped =
+                clipped_grad_sum_by_rows(&*model, &mixed, &theta, bound, &mut by_rows);
+            assert_eq!(clipped, plain_clipped + 3, "{what}");
+            assert_eq!(by_rows_clipped, clipped, "{what}");
+            assert_close(&got, &plain, &norms, bound, &what);
+            assert_close(&by_rows, &plain, &norms, bound, &what);
+            if bound == 1e6 {
+                assert_eq!(plain_clipped, 0, "{what}");
+            }
+        }
+        let mut got = vec![f64::NAN; d];
+        let far = vec![1e200; d];
+        assert_eq!(
+            model.clipped_grad_sum(&ordinary, &far, 1.0, &mut got),
+            37,
+            "{spec:?}"
+        );
+        assert!(got.iter().all(|v| *v == 0.0), "{spec:?}: {got:?}");
     }
 }
 

@@ -155,6 +155,24 @@ impl Banana {
             .collect();
         (w, c)
     }
+
+    /// ∇_θ T ℓ(x|θ) = Jᵀ T τ ⊙ (x − u), J the Jacobian of g⁻¹: affine in x, as (A, c) with A
+    /// column by column (see [`affine::clipped_affine_grad_sum`]). Each column of A and c is
+    /// a gradient in u, pulled back to θ by the same chain rule as
+    /// [`Model::grad_log_lik_row`].
+    fn affine_grad(&self, theta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let d = self.dim();
+        let (mut a, mut c) = (vec![0.0; d * d], vec![0.0; d]);
+        for i in 0..d {
+            let w = self.temperature * self.tau[i];
+            a[i * d + i] = w;
+            c[i] = -w * self.shear.u(theta, i);
+        }
+        for column in a.chunks_exact_mut(d).chain([&mut c[..]]) {
+            self.shear.pull_back(theta, column);
+        }
+        (a, c)
+    }
 }
 
 impl Model for Banana {
@@ -237,6 +255,12 @@ impl Model for Banana {
     ) {
         let (w, c) = self.affine_ratio(theta, theta_prop);
         affine::clipped_affine_terms(data, &w, c, bound, out);
+    }
+
+    fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+        assert_eq!(data.d(), self.row_dim(), "data columns");
+        let (a, c) = self.affine_grad(theta);
+        affine::clipped_affine_grad_sum(data, &a, &c, bound, out)
     }
 
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {

@@ -118,6 +118,22 @@ impl Gaussian {
                 .sum::<f64>();
         (w, c)
     }
+
+    /// ∇_θ T ℓ(x|θ) = T Σ⁻¹ x − T Σ⁻¹ θ: affine in x, as (A, c) with A = T Σ⁻¹ column by column
+    /// (see [`affine::clipped_affine_grad_sum`]; nalgebra stores Σ⁻¹ column by column too).
+    fn affine_grad(&self, theta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let d = self.dim();
+        let a = self
+            .precision
+            .iter()
+            .map(|p| self.temperature * p)
+            .collect();
+        let zero = vec![0.0; d];
+        let c = (0..d)
+            .map(|i| self.temperature * self.precision_times_diff(&zero, theta, i))
+            .collect();
+        (a, c)
+    }
 }
 
 impl Model for Gaussian {
@@ -199,6 +215,12 @@ impl Model for Gaussian {
     ) {
         let (w, c) = self.affine_ratio(theta, theta_prop);
         affine::clipped_affine_terms(data, &w, c, bound, out);
+    }
+
+    fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+        assert_eq!(data.d(), self.row_dim(), "data columns");
+        let (a, c) = self.affine_grad(theta);
+        affine::clipped_affine_grad_sum(data, &a, &c, bound, out)
     }
 
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {
