@@ -186,9 +186,9 @@ fn grad_dims<V: Lanes>(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &m
 
 /// Eight rows a step, as two groups of four with accumulators of their own (so that the adds
 /// overlap). A first pass adds the rows kept whole and lists the groups that hold a clipped
-/// row, without a branch; a second pass over each block's list recomputes those groups and
-/// adds their clipped rows. Their square roots and divisions, dearer than the rest of a row
-/// together, are paid only there.
+/// row, without a branch; a second pass over each block's list recomputes those groups, adds
+/// their clipped rows and counts them. Their square roots and divisions, dearer than the rest
+/// of a row together, are paid only there.
 #[inline(always)]
 fn grad_kernel<V: Lanes, const D: usize>(
     cols: &Columns,
@@ -212,14 +212,13 @@ fn grad_kernel<V: Lanes, const D: usize>(
             for (h, acc) in kept.iter_mut().enumerate() {
                 let (g, s) = map.grads(rows(r + 4 * h));
                 let whole = map.add_kept(g, s, acc);
-                count += u64::from(4 - whole.count_ones());
                 listed[n_listed] = r + 4 * h;
                 n_listed += usize::from(whole != 0b1111);
             }
         }
         for &r in &listed[..n_listed] {
             let (g, s) = map.grads(rows(r));
-            map.add_clipped(g, s, &mut clipped);
+            count += map.add_clipped(g, s, &mut clipped);
         }
     }
     if n_full < n {
@@ -231,10 +230,8 @@ fn grad_kernel<V: Lanes, const D: usize>(
             let real = V::first((n - n_full).saturating_sub(4 * h));
             let (g, s) = map.grads(std::array::from_fn(|j| V::load(&tail[j][4 * h..])));
             let (g, s) = (g.map(|v| v.and(real)), s.and(real));
-            let whole = map.add_kept(g, s, acc);
-            count += u64::from(4 - whole.count_ones());
-            if whole != 0b1111 {
-                map.add_clipped(g, s, &mut clipped);
+            if map.add_kept(g, s, acc) != 0b1111 {
+                count += map.add_clipped(g, s, &mut clipped);
             }
         }
     }
@@ -296,14 +293,16 @@ impl<V: Lanes, const D: usize> GradMap<V, D> {
 
     /// Adds the clipped rows, scaled by min(1, bound/‖g‖) (the scale `clip_norm` applies), or
     /// nothing if their norm is not finite (select, not multiply: a non-finite row times 0
-    /// would be NaN).
+    /// would be NaN); returns how many rows were clipped.
     #[inline(always)]
-    fn add_clipped(&self, g: [V; D], s: V, acc: &mut [V; D]) {
+    fn add_clipped(&self, g: [V; D], s: V, acc: &mut [V; D]) -> u64 {
+        let whole = s.le(self.keep);
         let scale = self.bound.div(s.sqrt()).min_one();
-        let scaled = s.le(self.finite).and_not(s.le(self.keep));
+        let scaled = s.le(self.finite).and_not(whole);
         for (acc, g) in acc.iter_mut().zip(g) {
             *acc = acc.add(g.mul(scale).and(scaled));
         }
+        u64::from(4 - whole.bits().count_ones())
     }
 }
 
