@@ -1,22 +1,32 @@
-//! Rows per second of the party's hot loop (the clipped log-likelihood-ratio sum) for the
-//! thesis's flat banana in d = 2 at n = 100 000: criterion's elements/s are rows/s.
+//! Rows per second of the party's hot loops, the clipped log-likelihood-ratio sum and the
+//! clipped gradient sum, for the thesis's flat banana in d = 2 at n = 100 000 (the same data
+//! for both): criterion's elements/s are rows/s.
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use fedmcmc_common::models::ModelSpec;
+use fedmcmc_common::data::Columns;
+use fedmcmc_common::models::{Model, ModelSpec, clipped_grad_sum_by_rows};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-fn llr_rows(c: &mut Criterion) {
-    let n = 100_000;
+const N: usize = 100_000;
+
+/// The flat banana, its true θ and N rows simulated there.
+fn setup() -> (Arc<dyn Model>, Vec<f64>, Columns) {
     let spec = ModelSpec::flat_banana(2);
     let model = spec.build().unwrap();
     let theta = spec.true_theta();
-    let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
+    let data = model.simulate(&theta, N, &mut ChaCha8Rng::seed_from_u64(1));
+    (model, theta, data)
+}
+
+fn llr_rows(c: &mut Criterion) {
+    let (model, theta, data) = setup();
     let theta_prop = [theta[0] + 0.008, theta[1] - 0.008];
 
     let mut group = c.benchmark_group("clipped_llr_sum");
-    group.throughput(Throughput::Elements(n as u64));
+    group.throughput(Throughput::Elements(N as u64));
     group.bench_function("flat_banana_d2_n100000", |b| {
         b.iter(|| {
             model.clipped_llr_sum(
@@ -30,5 +40,34 @@ fn llr_rows(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, llr_rows);
+/// The model's override against the trait's row-by-row default, at a bound that clips 2% of
+/// the rows and at one that clips 75% (the override's square roots and divisions run only
+/// for groups of rows that hold a clipped one).
+fn grad_rows(c: &mut Criterion) {
+    let (model, theta, data) = setup();
+    let mut out = [0.0; 2];
+
+    let mut group = c.benchmark_group("clipped_grad_sum");
+    group.throughput(Throughput::Elements(N as u64));
+    for bound in [1.5, 0.3] {
+        let id = format!("flat_banana_d2_n100000_bound{bound}");
+        group.bench_function(format!("{id}/override"), |b| {
+            b.iter(|| model.clipped_grad_sum(black_box(&data), black_box(&theta), bound, &mut out))
+        });
+        group.bench_function(format!("{id}/by_rows"), |b| {
+            b.iter(|| {
+                clipped_grad_sum_by_rows(
+                    &*model,
+                    black_box(&data),
+                    black_box(&theta),
+                    bound,
+                    &mut out,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, llr_rows, grad_rows);
 criterion_main!(benches);
