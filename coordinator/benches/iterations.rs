@@ -1,6 +1,9 @@
 //! Iterations per second of the DP-penalty sampler, in-process and over gRPC loopback, in
 //! one run on one machine (issue 3), then of each variant in-process on the same data
-//! (issue 10): full-data penalty, minibatch penalty and DP Barker with b = 1000 rows per step.
+//! (issue 10): full-data penalty, minibatch penalty and DP Barker with b = 1000 rows per step,
+//! and DP HMC with the thesis's L = 10, step 5e-4, τ_g = 0.4 and gradient clip 1 (issue 11)
+//! in-process and over gRPC, durable ledgers included (each iteration is 12 releases per
+//! party). The thesis's Python DP HMC does 43–46 it/s on this machine.
 //! The thesis's flat banana d = 2 setting: n = 100 000 rows, τ = 0.1, proposal sd 0.008,
 //! clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so the run is long enough to time;
 //! the budget does not change the work per iteration.
@@ -201,5 +204,45 @@ fn main() {
                 rate / base
             );
         }
+        let hmc = Variant::Hmc {
+            leapfrog_steps: 10,
+            step_size: 5e-4,
+            gradient_clip: 1.0,
+            gradient_tau: 0.4,
+        };
+        let hmc_iterations = (iterations / 10).max(100);
+        println!();
+        println!("{}; {hmc_iterations} iterations", hmc.describe());
+        println!(
+            "{:<44} {:>14} {:>14}",
+            "federation (1 chain)", "it/s", "rows/s"
+        );
+        let rows_per_iteration = 12.0 * ROWS as f64;
+        let local = Arc::new(Federation::new(
+            nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+        ));
+        let (in_process, _) = time_chains(local, &s.spec, hmc, 1, hmc_iterations).await;
+        let ledgers = dir.path().join("durable-hmc");
+        std::fs::create_dir_all(&ledgers).unwrap();
+        let (durable, stops) =
+            serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
+        let (over_grpc, _) = time_chains(Arc::new(durable), &s.spec, hmc, 1, hmc_iterations).await;
+        stops.into_iter().for_each(|s| {
+            let _ = s.send(());
+        });
+        for (name, rate) in [
+            ("in-process (in-memory ledgers)", in_process),
+            ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
+        ] {
+            println!(
+                "{name:<44} {rate:>14.0} {:>14.3e}",
+                rate * rows_per_iteration
+            );
+        }
+        println!(
+            "in-process / thesis's 45 it/s = {:.1}; durable gRPC / in-process = {:.2}",
+            in_process / 45.0,
+            over_grpc / in_process
+        );
     });
 }

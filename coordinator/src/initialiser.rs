@@ -34,6 +34,10 @@ pub const DEFAULT_STEPS: u64 = 100;
 /// The first step's length, relative to max(1, ‖θ₀‖): Barzilai–Borwein steps need one move
 /// to measure the curvature from.
 const FIRST_STEP: f64 = 0.1;
+/// The most a step length may grow from one step to the next. Where the clip binds, the
+/// clipped gradient hardly changes and sᵀy nears zero, and with noise it may be tiny by
+/// chance: an unbounded step would then leap across the parameter space.
+const MAX_GROWTH: f64 = 4.0;
 /// The initialiser's choices.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct InitialiserSettings {
@@ -186,7 +190,7 @@ async fn ascend<P: PartyHandle>(
         }
         // Ascent: the gradient falls along s where the log posterior curves down.
         if sy > 0.0 && (ss / sy).is_finite() {
-            length = ss / sy;
+            length = (ss / sy).min(MAX_GROWTH * length);
         }
         theta = next;
         gradient = next_gradient;

@@ -512,32 +512,40 @@ async fn hmc_in_the_non_private_limit_matches_the_exact_posterior() {
 /// Räisä 2020, Sec. 4.3: noise in the gradients leaves the leapfrog reversible and
 /// volume-preserving, and the −½Σσ_l² term corrects the ratio's noise, so with large
 /// noise in both the target is unchanged and only the acceptance drops. On the 10-d
-/// Gaussian (n = 10⁴): gradient noise of sd about 500 per coordinate, five times the
-/// gradient one posterior sd from the mode, and Σσ_l² between 1 and 6 (the uncorrected
-/// chain's error at such noise is the penalty tests' negative control); the chain still
-/// matches, at a lower acceptance than without noise.
+/// Gaussian (n = 10⁴), with a fixed step (0.002, L = 10: trajectories about two posterior
+/// sds long) so that both runs see the same dynamics: gradient noise of sd about 200 per
+/// coordinate, twice the gradient one posterior sd from the mode, and Σσ_l² above 1 (the
+/// uncorrected chain's error at such noise is the penalty tests' negative control). The
+/// chain still matches, at a lower acceptance than without noise. (With adaptation, large
+/// gradient noise drives the step towards zero and the chain barely moves: the target is
+/// kept, the mixing is not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hmc_with_large_noise_keeps_its_target() {
     let s = setup(gaussian_10(), 10_000, 12);
     let run = |tau, gradient_tau| Run {
-        variant: hmc(50.0, gradient_tau),
-        iterations: 3000,
+        variant: Variant::Hmc {
+            leapfrog_steps: 10,
+            step_size: 0.002,
+            gradient_clip: 50.0,
+            gradient_tau,
+        },
+        iterations: 2000,
         parties: 3,
         tau,
         clip: 50.0,
         proposal_sd: 0.0,
-        adapt: true,
+        adapt: false,
         penalise: true,
         seed: 53,
     };
     let quiet = sample(&s, run(1e-6, 1e-6)).await;
-    let noisy = sample(&s, run(0.012, 0.05)).await;
+    let noisy = sample(&s, run(0.003, 0.02)).await;
     let (quiet_accept, noisy_accept) = (acceptance(&quiet), acceptance(&noisy));
     let noise = mean_noise_variance(&noisy);
     println!(
         "acceptance {quiet_accept:.3} without noise, {noisy_accept:.3} with Σσ_l² = {noise:.2}"
     );
-    assert!((1.0..=6.0).contains(&noise), "mean Σσ_l² = {noise}");
+    assert!(noise >= 1.0, "mean Σσ_l² = {noise}");
     assert!(noisy_accept < quiet_accept);
     let z = worst_z(&s, &noisy);
     assert!(z < 4.0, "worst |z| {z}");
