@@ -11,8 +11,10 @@
 //! inverse curvature along the way, so it needs no learning rate matched to the
 //! posterior's scale (which nobody may tune on private data), crosses orders of magnitude
 //! of distance in a few steps, and follows narrow curved ridges (the banana's) where
-//! fixed-rate and sign-based ascents stall. The point is the mean of the last quarter of
-//! the iterates, which the noise makes jitter around the mode.
+//! fixed-rate and sign-based ascents stall. Its steps are not monotone, and noise and
+//! clipped (flat) gradients make some of them wild, so the point is not its last iterate but
+//! the mean of the [`BEST`] iterates with the smallest gradient norm: the mode is where the
+//! gradient vanishes, and far from it the clipped gradient saturates at n·b_g.
 use std::sync::Arc;
 
 use fedmcmc_common::models::Model;
@@ -34,10 +36,9 @@ pub const DEFAULT_STEPS: u64 = 100;
 /// The first step's length, relative to max(1, ‖θ₀‖): Barzilai–Borwein steps need one move
 /// to measure the curvature from.
 const FIRST_STEP: f64 = 0.1;
-/// The most a step length may grow from one step to the next. Where the clip binds, the
-/// clipped gradient hardly changes and sᵀy nears zero, and with noise it may be tiny by
-/// chance: an unbounded step would then leap across the parameter space.
-const MAX_GROWTH: f64 = 4.0;
+/// How many of the ascent's iterates (those with the smallest gradient norm) make the point,
+/// and whose spread around it spreads the chains' starts.
+const BEST: usize = 10;
 /// The initialiser's choices.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct InitialiserSettings {
@@ -54,7 +55,7 @@ pub struct Initialised {
     pub settings: InitialiserSettings,
     /// The ascent's estimate of the posterior mode.
     pub point: Vec<f64>,
-    /// Per coordinate, the farthest the ascent's last half strayed from `point`: how
+    /// Per coordinate, the farthest any of the iterates that made `point` lies from it: how
     /// widely the chains' starts are spread.
     pub scale: Vec<f64>,
     pub grants: Vec<Grant>,
@@ -137,8 +138,8 @@ pub async fn run<P: PartyHandle>(
 }
 
 /// Barzilai–Borwein ascent on the noisy gradient of the log posterior from the prior's
-/// mode, one gradient release per step. Returns the mean of the last quarter of the iterates
-/// and, per coordinate, the farthest any iterate of the last half lies from it.
+/// mode, one gradient release per step. Returns the mean of the [`BEST`] iterates with the
+/// smallest gradient norm and, per coordinate, the farthest of them from it.
 async fn ascend<P: PartyHandle>(
     federation: &Federation<P>,
     model: &dyn Model,
@@ -168,7 +169,8 @@ async fn ascend<P: PartyHandle>(
     } else {
         0.0
     };
-    let mut iterates = Vec::with_capacity(steps as usize);
+    let size = |g: &[f64]| g.iter().map(|v| v * v).sum::<f64>();
+    let mut iterates = vec![(size(&gradient), theta.clone())];
     for _ in 1..steps {
         let next: Vec<f64> = theta
             .iter()
@@ -190,23 +192,24 @@ async fn ascend<P: PartyHandle>(
         }
         // Ascent: the gradient falls along s where the log posterior curves down.
         if sy > 0.0 && (ss / sy).is_finite() {
-            length = (ss / sy).min(MAX_GROWTH * length);
+            length = ss / sy;
         }
         theta = next;
         gradient = next_gradient;
-        iterates.push(theta.clone());
+        iterates.push((size(&gradient), theta.clone()));
     }
-    if iterates.is_empty() {
-        iterates.push(theta.clone());
-    }
-    let quarter = &iterates[iterates.len() - iterates.len().div_ceil(4)..];
-    let point: Vec<f64> = (0..theta.len())
-        .map(|j| quarter.iter().map(|x| x[j]).sum::<f64>() / quarter.len() as f64)
+    iterates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let best: Vec<&[f64]> = iterates
+        .iter()
+        .take(BEST)
+        .map(|(_, x)| x.as_slice())
         .collect();
-    let half = &iterates[iterates.len() / 2..];
+    let point: Vec<f64> = (0..theta.len())
+        .map(|j| best.iter().map(|x| x[j]).sum::<f64>() / best.len() as f64)
+        .collect();
     let scale = (0..theta.len())
         .map(|j| {
-            half.iter()
+            best.iter()
                 .map(|x| (x[j] - point[j]).abs())
                 .fold(0.0, f64::max)
         })
