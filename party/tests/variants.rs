@@ -266,11 +266,14 @@ async fn barker_noise_follows_from_the_batch() {
 }
 
 /// A party that states add/remove neighbours refuses the minibatch variants (their bounds
-/// are for substitution), naming why, and Describe does not list them.
+/// are for substitution), naming why, and Describe lists only the full-data ones.
 #[tokio::test]
 async fn add_remove_parties_refuse_the_minibatch_variants() {
     let (node, fingerprint) = node(Neighbours::AddRemove, budget());
-    assert_eq!(node.describe().variants, vec!["full-penalty"]);
+    assert_eq!(
+        node.describe().variants,
+        vec!["full-penalty", "hmc", "initialiser"]
+    );
     for plan in [minibatch(100, NoiseRequest::Tau(0.3)), barker(60, 2.0)] {
         match node.open_run(plan, &fingerprint).await {
             Err(PartyError::Unimplemented(m)) => {

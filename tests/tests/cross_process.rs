@@ -20,7 +20,7 @@ fn simulate_writes_draws_summary_and_party_stores() {
         let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
         assert!(rows[0].starts_with("accept_stat__,") && rows[0].ends_with("theta.1,theta.2"));
         assert_eq!(rows.len(), 1 + 150, "header plus the post-warm-up draws");
-        assert!(csv.contains("# seed = 3") && csv.contains("# init = thesis protocol"));
+        assert!(csv.contains("# seed = 3") && csv.contains("# init = private initialiser"));
     }
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
@@ -35,8 +35,13 @@ fn simulate_writes_draws_summary_and_party_stores() {
     for key in ["acceptance_rate", "iterations"] {
         assert!(summary["chains"][1].get(key).is_some(), "chains lack {key}");
     }
+    // The private initialiser started the chains, and each party's summary names its cost.
+    assert_eq!(summary["initialiser"]["point"].as_array().unwrap().len(), 2);
     let parties = summary["parties"].as_array().unwrap();
     assert_eq!(parties.len(), 3);
+    for p in parties {
+        assert!(p["initialiser_epsilon_spent"].as_f64().unwrap() > 0.0);
+    }
     for p in parties {
         assert_eq!(
             p["releases"], 600,
