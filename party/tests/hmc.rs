@@ -5,8 +5,7 @@
 mod contract;
 
 use contract::{
-    Call, Decision, Neighbouring, QueryKind, RunRef, StepAt, hmc_plan, initialiser_plan, plan,
-    step_as, tau,
+    Call, QueryKind, RunRef, StepAt, decided_alike, hmc_plan, initialiser_plan, plan, step_as, tau,
 };
 use fedmcmc_common::accountant::Choice;
 use fedmcmc_common::data::Columns;
@@ -121,19 +120,9 @@ fn battery() -> Vec<Call> {
 
 #[tokio::test]
 async fn hmc_and_initialiser_requests_are_decided_alike_for_neighbouring_rows() {
-    let calls = battery();
-    for substitute in [[1e200, -1e200], [f64::MAX, -f64::MAX], [-3e150, 7e300]] {
-        let mut pair = Neighbouring::banana(ROWS, 137, substitute, budget());
-        let decisions = pair.same_decisions(&calls).await;
-        let count = |f: fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
-        let granted = count(|d| matches!(d, Decision::Granted { .. }));
-        let released = count(|d| matches!(d, Decision::Released { .. }));
-        let refused = count(|d| matches!(d, Decision::Refused { .. }));
-        assert_eq!(granted, 3, "{decisions:?}");
-        assert!(
-            released >= 15 && refused >= 30,
-            "{released} released, {refused} refused: {decisions:?}"
-        );
+    for t in decided_alike(ROWS, &battery(), budget()).await {
+        assert_eq!(t.granted, 3, "{t:?}");
+        assert!(t.released >= 15 && t.refused >= 30, "{t:?}");
     }
 }
 

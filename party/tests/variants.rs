@@ -3,9 +3,7 @@
 //! releases carry the noise they state.
 mod contract;
 
-use contract::{
-    Call, Decision, Neighbouring, QueryKind, barker_plan, minibatch_plan, plan, step_as, tau,
-};
+use contract::{Call, QueryKind, barker_plan, decided_alike, minibatch_plan, plan, step_as, tau};
 use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Method, Release};
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
@@ -108,19 +106,9 @@ fn battery() -> Vec<Call> {
 
 #[tokio::test]
 async fn minibatch_and_barker_requests_are_decided_alike_for_neighbouring_rows() {
-    let calls = battery();
-    for substitute in [[1e200, -1e200], [f64::MAX, -f64::MAX], [-3e150, 7e300]] {
-        let mut pair = Neighbouring::banana(ROWS, 137, substitute, budget());
-        let decisions = pair.same_decisions(&calls).await;
-        let count = |f: fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
-        let granted = count(|d| matches!(d, Decision::Granted { .. }));
-        let released = count(|d| matches!(d, Decision::Released { .. }));
-        let refused = count(|d| matches!(d, Decision::Refused { .. }));
-        assert_eq!(granted, 6, "{decisions:?}");
-        assert!(
-            released >= 15 && refused >= 40,
-            "{released} released, {refused} refused"
-        );
+    for t in decided_alike(ROWS, &battery(), budget()).await {
+        assert_eq!(t.granted, 6, "{t:?}");
+        assert!(t.released >= 15 && t.refused >= 40, "{t:?}");
     }
 }
 

@@ -18,6 +18,51 @@ const BLOCK: usize = 512;
 /// and vectorises.
 const LANES: usize = 8;
 
+/// The `Model` methods of the hot loops, for a model whose per-row ratio and gradient are
+/// affine in the row: written once here, they call the model's inherent
+/// `affine_ratio(θ, θ′) -> (w, c)` and `affine_grad(θ) -> (A, c)` and stream the columns
+/// through this module's kernels. Used inside `impl Model for …`.
+macro_rules! affine_hot_loops {
+    () => {
+        fn clipped_llr_sum(
+            &self,
+            data: &Columns,
+            theta: &[f64],
+            theta_prop: &[f64],
+            bound: f64,
+        ) -> ClippedSum {
+            assert_eq!(data.d(), self.row_dim(), "data columns");
+            let (w, c) = self.affine_ratio(theta, theta_prop);
+            affine::clipped_affine_sum(data, &w, c, bound)
+        }
+
+        fn clipped_llr_terms(
+            &self,
+            data: &Columns,
+            theta: &[f64],
+            theta_prop: &[f64],
+            bound: f64,
+            out: &mut [f64],
+        ) {
+            let (w, c) = self.affine_ratio(theta, theta_prop);
+            affine::clipped_affine_terms(data, &w, c, bound, out);
+        }
+
+        fn clipped_grad_sum(
+            &self,
+            data: &Columns,
+            theta: &[f64],
+            bound: f64,
+            out: &mut [f64],
+        ) -> u64 {
+            assert_eq!(data.d(), self.row_dim(), "data columns");
+            let (a, c) = self.affine_grad(theta);
+            affine::clipped_affine_grad_sum(data, &a, &c, bound, out)
+        }
+    };
+}
+pub(crate) use affine_hot_loops;
+
 /// Σ_x clip(c + w·x, ±bound) over the rows of `cols`, and how many rows the clip changed.
 ///
 /// Columns with `w_j == 0` are skipped (exactly: the data are finite), which makes one-component

@@ -192,36 +192,7 @@ impl Model for Gaussian {
         }
     }
 
-    /// r_x = T (θ′ − θ)ᵀ Σ⁻¹ x − ½ T (θ′ − θ)ᵀ Σ⁻¹ (θ′ + θ): affine in x.
-    fn clipped_llr_sum(
-        &self,
-        data: &Columns,
-        theta: &[f64],
-        theta_prop: &[f64],
-        bound: f64,
-    ) -> ClippedSum {
-        assert_eq!(data.d(), self.row_dim(), "data columns");
-        let (w, c) = self.affine_ratio(theta, theta_prop);
-        affine::clipped_affine_sum(data, &w, c, bound)
-    }
-
-    fn clipped_llr_terms(
-        &self,
-        data: &Columns,
-        theta: &[f64],
-        theta_prop: &[f64],
-        bound: f64,
-        out: &mut [f64],
-    ) {
-        let (w, c) = self.affine_ratio(theta, theta_prop);
-        affine::clipped_affine_terms(data, &w, c, bound, out);
-    }
-
-    fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
-        assert_eq!(data.d(), self.row_dim(), "data columns");
-        let (a, c) = self.affine_grad(theta);
-        affine::clipped_affine_grad_sum(data, &a, &c, bound, out)
-    }
+    affine::affine_hot_loops!();
 
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {
         let d = self.dim();

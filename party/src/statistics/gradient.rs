@@ -5,7 +5,7 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
-use super::{Computed, Public, Statistic};
+use super::{Computed, Public, Statistic, clipped_sum_bound};
 use crate::release::Bound;
 
 /// A gradient query whose θ passed the public checks; `clip` is the run's b_g.
@@ -20,12 +20,7 @@ impl Statistic for Gradient<'_> {
     /// 2·T·b_g in L2 norm under substitution and T·b_g under addition or removal (Räisä 2020,
     /// Thm 4.2). Each entry of the sum is within n·T·b_g.
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let row = public.model.temperature() * self.clip;
-        Bound {
-            row,
-            sensitivity: public.neighbours.clipped_sum_sensitivity(row),
-            statistic: public.rows as f64 * row,
-        }
+        clipped_sum_bound(public, public.model.temperature() * self.clip)
     }
 
     fn compute(

@@ -6,7 +6,7 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
-use super::{Computed, Public, Statistic};
+use super::{Computed, Public, Statistic, clipped_sum_bound};
 use crate::release::Bound;
 
 /// A ratio query whose θ and θ′ passed the public checks.
@@ -30,12 +30,10 @@ impl Statistic for LogLikRatio<'_> {
     /// Per-row Lipschitz clip (Räisä 2020, Sec. 3.1) on the untempered ratio: the release
     /// T·Σ clip(r_x, b) has sensitivity T times the untempered one.
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let row = tempered_row_bound(public, self.theta, self.theta_proposed);
-        Bound {
-            row,
-            sensitivity: public.neighbours.clipped_sum_sensitivity(row),
-            statistic: public.rows as f64 * row,
-        }
+        clipped_sum_bound(
+            public,
+            tempered_row_bound(public, self.theta, self.theta_proposed),
+        )
     }
 
     fn compute(

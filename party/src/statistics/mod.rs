@@ -209,6 +209,17 @@ pub struct Public<'a> {
     pub clip: f64,
 }
 
+/// The bound of a sum over all rows of terms each within `row` (in L2 norm for a vector):
+/// one row moves it by 2·row under substitution and by row under addition or removal, and
+/// each entry is within n·row. The full-data ratio's and the gradient's.
+fn clipped_sum_bound(public: &Public<'_>, row: f64) -> Bound {
+    Bound {
+        row,
+        sensitivity: public.neighbours.clipped_sum_sensitivity(row),
+        statistic: public.rows as f64 * row,
+    }
+}
+
 /// What [`Statistic::compute`] returns: the statistic, and the variance it already carries
 /// as an estimate (DP Barker's batch variance σ²_b, which the release's noise tops up to the
 /// run's σ²; 0 when the release adds all of σ²).

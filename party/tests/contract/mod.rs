@@ -251,6 +251,45 @@ impl Subject {
     }
 }
 
+/// Substitutes for one row: extreme but finite values, and the domain's edges.
+pub const SUBSTITUTES: [[f64; 2]; 4] = [
+    [1e200, -1e200],
+    [-3e150, 7e300],
+    [f64::MAX, -f64::MAX],
+    [-f64::MAX, f64::MAX],
+];
+
+/// The substituted row (a middle one, so neither the first nor the last block is special).
+pub const ROW: usize = 137;
+
+/// How one pair of neighbouring parties decided a battery.
+#[derive(Debug)]
+pub struct Tally {
+    pub granted: usize,
+    pub released: usize,
+    pub refused: usize,
+    pub decisions: Vec<Decision>,
+}
+
+/// Runs `calls` on pairs of parties over `rows` banana rows that differ in row [`ROW`], one
+/// pair per [`SUBSTITUTES`] entry, failing at the first call a pair decides differently;
+/// returns each pair's tally, for assertions that the battery exercised both outcomes.
+pub async fn decided_alike(rows: usize, calls: &[Call], budget: BudgetConfig) -> Vec<Tally> {
+    let mut tallies = Vec::with_capacity(SUBSTITUTES.len());
+    for substitute in SUBSTITUTES {
+        let mut pair = Neighbouring::banana(rows, ROW, substitute, budget);
+        let decisions = pair.same_decisions(calls).await;
+        let count = |f: fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
+        tallies.push(Tally {
+            granted: count(|d| matches!(d, Decision::Granted { .. })),
+            released: count(|d| matches!(d, Decision::Released { .. })),
+            refused: count(|d| matches!(d, Decision::Refused { .. })),
+            decisions,
+        });
+    }
+    tallies
+}
+
 /// Two parties whose rows differ in exactly one substituted row.
 pub struct Neighbouring {
     pub a: Subject,
