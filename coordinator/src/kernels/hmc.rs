@@ -15,10 +15,9 @@
 //! post-processing of releases.
 use std::sync::Arc;
 
-use fedmcmc_common::acceptance::{self, PenaltyTerms};
+use fedmcmc_common::acceptance::PenaltyTerms;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::proposal::{DualAveraging, VarianceEstimate};
-use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
@@ -183,17 +182,12 @@ impl Kernel for Hmc {
         } else {
             f64::NEG_INFINITY
         };
-        let ln_u = rng.random::<f64>().ln();
-        let accepted = acceptance::accept(ln_u, log_ratio);
-        if accepted {
+        let transition = Transition::metropolis(log_ratio, answer.noise_variance, rng);
+        if transition.accepted {
             theta.copy_from_slice(&self.position);
         }
         self.last_theta.copy_from_slice(theta);
-        Ok(Transition {
-            accepted,
-            accept_stat: acceptance::accept_stat(log_ratio),
-            noise_variance: answer.noise_variance,
-        })
+        Ok(transition)
     }
 
     /// Step size by dual averaging throughout; the draws of the middle half of warm-up give

@@ -4,6 +4,8 @@
 //! by all of them.
 use std::future::Future;
 
+use fedmcmc_common::acceptance;
+use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Contribution, Federation, FederationError, PartyHandle, Query};
@@ -68,6 +70,19 @@ pub struct Transition {
     pub accept_stat: f64,
     /// Σᵢ σᵢ² of the releases it used.
     pub noise_variance: f64,
+}
+
+impl Transition {
+    /// The Metropolis–Hastings decision on a (penalised) log acceptance ratio: accept iff
+    /// ln u < `log_ratio`, u drawn from the chain's `rng`. The penalty and HMC kernels'.
+    pub fn metropolis(log_ratio: f64, noise_variance: f64, rng: &mut ChaCha8Rng) -> Self {
+        let ln_u = rng.random::<f64>().ln();
+        Transition {
+            accepted: acceptance::accept(ln_u, log_ratio),
+            accept_stat: acceptance::accept_stat(log_ratio),
+            noise_variance,
+        }
+    }
 }
 
 /// A Markov kernel over the federation.

@@ -5,9 +5,8 @@
 //! same test decides.
 use std::sync::Arc;
 
-use fedmcmc_common::acceptance::{self, PenaltyTerms};
+use fedmcmc_common::acceptance::PenaltyTerms;
 use fedmcmc_common::models::Model;
-use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use super::walk::Walk;
@@ -66,16 +65,11 @@ impl Kernel for Penalty {
             log_proposal_ratio: 0.0,
         }
         .log_ratio(self.penalise);
-        let ln_u = rng.random::<f64>().ln();
-        let accepted = acceptance::accept(ln_u, log_ratio);
-        if accepted {
+        let transition = Transition::metropolis(log_ratio, answer.noise_variance, rng);
+        if transition.accepted {
             self.walk.accept(theta);
         }
-        Ok(Transition {
-            accepted,
-            accept_stat: acceptance::accept_stat(log_ratio),
-            noise_variance: answer.noise_variance,
-        })
+        Ok(transition)
     }
 
     fn adapt(&mut self, transition: &Transition) {
