@@ -188,6 +188,18 @@ fn worst_z(s: &Setup, traces: &[ChainTrace]) -> f64 {
     worst
 }
 
+/// The chains match the exact posterior: every mean and sd within 4 Monte Carlo standard
+/// errors ([`worst_z`]), and the MMD within 4 sds of the exact-vs-exact baseline.
+fn assert_matches_exact(name: &str, s: &Setup, traces: &[ChainTrace]) {
+    let z = worst_z(s, traces);
+    assert!(z < 4.0, "{name}: worst |z| {z}");
+    let (mmd, base, sd) = mmd_against_baseline(s, traces);
+    assert!(
+        mmd <= base + 4.0 * sd,
+        "{name}: MMD {mmd} vs baseline {base} ± {sd}"
+    );
+}
+
 /// MMD of ESS-many evenly thinned draws against 1000 exact draws, and the mean and sd of 20
 /// exact-vs-exact MMDs of the same sizes.
 fn mmd_against_baseline(s: &Setup, traces: &[ChainTrace]) -> (f64, f64, f64) {
@@ -249,13 +261,7 @@ async fn non_private_limit_matches_the_exact_posterior() {
             noise < 1e-4,
             "{name}: noise variance {noise} is not negligible"
         );
-        let z = worst_z(&s, &traces);
-        assert!(z < 4.0, "{name}: worst |z| {z}");
-        let (mmd, base, sd) = mmd_against_baseline(&s, &traces);
-        assert!(
-            mmd <= base + 4.0 * sd,
-            "{name}: MMD {mmd} vs baseline {base} ± {sd}"
-        );
+        assert_matches_exact(name, &s, &traces);
     }
 }
 
@@ -437,13 +443,7 @@ async fn barker_matches_the_tempered_posterior() {
     .await;
     let noise = mean_noise_variance(&traces);
     assert!((noise - 2.0).abs() < 1e-9, "Σ Cᵢ = {noise}");
-    let (mmd, base, sd) = mmd_against_baseline(&s, &traces);
-    let z = worst_z(&s, &traces);
-    assert!(
-        mmd <= base + 4.0 * sd,
-        "MMD {mmd} vs baseline {base} ± {sd}"
-    );
-    assert!(z < 4.0, "worst |z| {z}");
+    assert_matches_exact("barker", &s, &traces);
 }
 
 /// DP HMC with the thesis's L = 10, started at step size 1e-3 and adapted.
@@ -499,13 +499,7 @@ async fn hmc_in_the_non_private_limit_matches_the_exact_posterior() {
             acceptance(&traces),
             mean_noise_variance(&traces)
         );
-        let z = worst_z(&s, &traces);
-        assert!(z < 4.0, "{name}: worst |z| {z}");
-        let (mmd, base, sd) = mmd_against_baseline(&s, &traces);
-        assert!(
-            mmd <= base + 4.0 * sd,
-            "{name}: MMD {mmd} vs baseline {base} ± {sd}"
-        );
+        assert_matches_exact(name, &s, &traces);
     }
 }
 
@@ -547,13 +541,7 @@ async fn hmc_with_large_noise_keeps_its_target() {
     );
     assert!(noise >= 1.0, "mean Σσ_l² = {noise}");
     assert!(noisy_accept < quiet_accept);
-    let z = worst_z(&s, &noisy);
-    assert!(z < 4.0, "worst |z| {z}");
-    let (mmd, base, sd) = mmd_against_baseline(&s, &noisy);
-    assert!(
-        mmd <= base + 4.0 * sd,
-        "MMD {mmd} vs baseline {base} ± {sd}"
-    );
+    assert_matches_exact("noisy hmc", &s, &noisy);
 }
 
 /// Post-warm-up acceptance rate over all chains.
