@@ -109,13 +109,13 @@ async fn serve(
         let address = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            fedmcmc_party::service::serve(node, TOKEN, listener, async {
+            fedmcmc_party::service::serve(node, TOKEN, None, listener, async {
                 let _ = stopped.await;
             })
             .await
             .unwrap();
         });
-        handles.push((name, GrpcParty::connect(&address, TOKEN).await.unwrap()));
+        handles.push((name, GrpcParty::connect(&address, TOKEN, None).await.unwrap()));
         stops.push(stop);
     }
     (Federation::new(handles), stops)

@@ -39,6 +39,23 @@ enum Command {
         /// Output directory (overrides `out` in the config).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Plaintext gRPC to every party, no TLS (as `insecure = true` in the config): for a
+        /// closed test network only.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Issue mutual-TLS certificates for a federation: a CA (created in DIR on first use)
+    /// and, for each NAME, a certificate and key for that node (party or coordinator),
+    /// written as DIR/NAME.pem and DIR/NAME.key (owner-only). Give each node its own files
+    /// and the CA's certificate DIR/ca.pem; keep DIR/ca.key offline.
+    Certs {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node names: the DNS names their certificates carry (a party's is its
+        /// `tls_name` in the run config; the coordinator's goes in the parties'
+        /// `allowed_clients`).
+        #[arg(required = true)]
+        names: Vec<String>,
     },
 }
 
@@ -62,8 +79,32 @@ fn main() -> ExitCode {
                 Err(e) => failure(&e),
             };
         }
+        Command::Certs { dir, names } => {
+            return match fedmcmc_party::tls::issue(&dir, &names) {
+                Ok(issued) => {
+                    for name in issued {
+                        println!(
+                            "{}  {}",
+                            fedmcmc_party::tls::node_cert(&dir, &name).display(),
+                            fedmcmc_party::tls::node_key(&dir, &name).display()
+                        );
+                    }
+                    println!("CA: {}", fedmcmc_party::tls::ca_cert(&dir).display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failure(&e),
+            };
+        }
         Command::Simulate(args) => Job::Simulate(args),
-        Command::Run { config, out } => Job::Run { config, out },
+        Command::Run {
+            config,
+            out,
+            insecure,
+        } => Job::Run {
+            config,
+            out,
+            insecure,
+        },
     };
     init_logging();
     runtime().block_on(async {
@@ -76,8 +117,15 @@ fn main() -> ExitCode {
                 Ok(sim) => simulate::simulate(sim, &stop).await,
                 Err(e) => Err(e),
             },
-            Job::Run { config, out } => match remote::RunConfig::load(&config) {
-                Ok(c) => remote::run(c, out, &stop).await,
+            Job::Run {
+                config,
+                out,
+                insecure,
+            } => match remote::RunConfig::load(&config) {
+                Ok(mut c) => {
+                    c.insecure |= insecure;
+                    remote::run(c, out, &stop).await
+                }
                 Err(e) => Err(e),
             },
         };
@@ -105,6 +153,7 @@ enum Job {
     Run {
         config: PathBuf,
         out: Option<PathBuf>,
+        insecure: bool,
     },
 }
 

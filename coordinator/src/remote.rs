@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fedmcmc_common::models::ModelSpec;
+use fedmcmc_party::tls::TlsFiles;
 use serde::Deserialize;
+use tonic::transport::ClientTlsConfig;
 
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
@@ -24,6 +26,12 @@ pub struct RunConfig {
     pub model: ModelSpec,
     pub sampler: SamplerSection,
     pub parties: Vec<RemoteParty>,
+    /// Mutual TLS: the coordinator's certificate and key, and the CA every party's
+    /// certificate must chain to. Required unless `insecure` is set.
+    pub tls: Option<TlsFiles>,
+    /// Plaintext gRPC to every party (`--insecure`): for a closed test network only.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -90,6 +98,8 @@ pub struct RemoteParty {
     pub address: String,
     /// File holding the party's bearer token (relative to the config file).
     pub token_file: PathBuf,
+    /// The name the party's certificate must carry [default: `name`].
+    pub tls_name: Option<String>,
 }
 
 impl RunConfig {
@@ -112,7 +122,39 @@ impl RunConfig {
         if config.parties.is_empty() {
             anyhow::bail!("{} lists no parties", path.display());
         }
+        if let Some(tls) = &mut config.tls {
+            tls.resolve(base);
+        }
         Ok(config)
+    }
+
+    /// Each party's TLS settings (all `None` over plaintext); refuses a config that names
+    /// neither TLS nor plaintext, or both.
+    fn transports(&self) -> anyhow::Result<Vec<Option<ClientTlsConfig>>> {
+        match (&self.tls, self.insecure) {
+            (Some(tls), false) => {
+                if !tls.allowed_clients.is_empty() {
+                    anyhow::bail!(
+                        "tls.allowed_clients is a party's setting; the coordinator checks each party's certificate against its `tls_name`"
+                    );
+                }
+                tls.validate().map_err(anyhow::Error::msg)?;
+                self.parties
+                    .iter()
+                    .map(|p| tls.client(p.tls_name.as_deref().unwrap_or(&p.name)).map(Some))
+                    .collect()
+            }
+            (None, true) => {
+                tracing::warn!(
+                    "INSECURE: plaintext gRPC to every party (--insecure): the answers and bearer tokens cross the network readable"
+                );
+                Ok(vec![None; self.parties.len()])
+            }
+            (None, false) => anyhow::bail!(
+                "the run config has no [tls] section: give the coordinator's certificate, key and the federation's CA (`coordinator certs` makes them), or pass --insecure for plaintext on a closed network"
+            ),
+            (Some(_), true) => anyhow::bail!("both [tls] and insecure: choose one"),
+        }
     }
 }
 
@@ -122,8 +164,9 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
         .or(config.out.clone())
         .ok_or_else(|| anyhow::anyhow!("give --out or `out` in the run config"))?;
     let model = config.model.build()?;
+    let transports = config.transports()?;
     let mut handles = Vec::with_capacity(config.parties.len());
-    for p in &config.parties {
+    for (p, tls) in config.parties.iter().zip(transports) {
         let token = std::fs::read_to_string(&p.token_file).map_err(|e| {
             anyhow::anyhow!(
                 "party {}: cannot read {}: {e}",
@@ -131,7 +174,7 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
                 p.token_file.display()
             )
         })?;
-        let handle = GrpcParty::connect(&p.address, token.trim())
+        let handle = GrpcParty::connect(&p.address, token.trim(), tls)
             .await
             .map_err(|e| anyhow::anyhow!("party {}: {e}", p.name))?;
         handles.push((p.name.clone(), handle));

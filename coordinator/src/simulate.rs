@@ -10,6 +10,7 @@ use fedmcmc_common::diagnostics;
 use fedmcmc_common::models::{ExactPosterior, ModelSpec};
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
+use fedmcmc_party::tls::{self, TlsFiles};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -145,6 +146,10 @@ pub struct SimulateArgs {
     /// Output directory [default: out/sim-<unix time>].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Plaintext gRPC between the coordinator and the simulated parties, instead of mutual
+    /// TLS under a throwaway CA in the output directory.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub insecure: Option<bool>,
     /// A full model specification (config file only).
     #[arg(skip)]
     #[serde(rename = "model_spec")]
@@ -180,6 +185,7 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         init_share: flags.init_share.or(file.init_share),
         init_steps: flags.init_steps.or(file.init_steps),
         out: flags.out.or(file.out),
+        insecure: flags.insecure.or(file.insecure),
         model_spec: file.model_spec,
     }
 }
@@ -197,6 +203,8 @@ pub struct Simulation {
     /// The private initialiser's settings, used when `init` is private.
     pub initialiser: InitialiserSettings,
     pub out: PathBuf,
+    /// Plaintext instead of mutual TLS.
+    pub insecure: bool,
 }
 
 impl Simulation {
@@ -284,6 +292,7 @@ impl Simulation {
             out: args
                 .out
                 .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
+            insecure: args.insecure.unwrap_or(false),
         })
     }
 }
@@ -304,11 +313,15 @@ const EXACT_REFERENCE_DRAWS: usize = 1000;
 /// Most pooled chain draws compared by MMD (evenly thinned beyond that).
 const MMD_MAX_DRAWS: usize = 2000;
 
+/// The name on the simulated coordinator's certificate, the one name its parties admit.
+const COORDINATOR: &str = "coordinator";
+
 /// A party served in this process on a loopback port.
 struct ServedParty {
     address: String,
     token: String,
     name: String,
+    tls: Option<TlsFiles>,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -322,8 +335,26 @@ fn write_party_dir(
     rows: &fedmcmc_common::data::Columns,
     sim: &Simulation,
     token: &str,
+    ca: Option<&Path>,
 ) -> anyhow::Result<PartyConfig> {
     std::fs::create_dir_all(dir)?;
+    // The party's own certificate and key, and the CA, copied into its directory.
+    let tls = match ca {
+        Some(ca) => {
+            std::fs::create_dir_all(dir.join("tls"))?;
+            let mut files = tls::files_for(Path::new("tls"), name);
+            for (from, to) in [
+                (tls::ca_cert(ca), &files.ca),
+                (tls::node_cert(ca, name), &files.cert),
+                (tls::node_key(ca, name), &files.key),
+            ] {
+                std::fs::copy(from, dir.join(to))?;
+            }
+            files.allowed_clients = vec![COORDINATOR.to_string()];
+            Some(files)
+        }
+        None => None,
+    };
     fedmcmc_party::store::write_sqlite(&dir.join("rows.sqlite"), "rows", rows)?;
     fedmcmc_party::config::write_secret(&dir.join("token"), &format!("{token}\n"))?;
     let config = PartyConfig {
@@ -344,33 +375,42 @@ fn write_party_dir(
         },
         model: sim.spec.clone(),
         limits: Default::default(),
+        insecure: tls.is_none(),
+        tls,
     };
-    config
-        .validate()
-        .map_err(|m| anyhow::anyhow!("party {name}: {m}"))?;
     let path = dir.join("party.toml");
     std::fs::write(&path, toml::to_string(&config)?)?;
-    // Read back as `party serve` would, so the simulation exercises the real loading path.
-    Ok(PartyConfig::load(&path)?)
+    // Read back (and validated) as `party serve` would, so the simulation exercises the
+    // real loading path.
+    PartyConfig::load(&path).map_err(|e| anyhow::anyhow!("party {name}: {e}"))
 }
 
 async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
     let opened = fedmcmc_party::open(config)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = format!("http://{}", listener.local_addr()?);
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let address = format!("{scheme}://{}", listener.local_addr()?);
     let (stop, stopped) = oneshot::channel::<()>();
     let token = opened.token.clone();
+    let tls = config.tls.clone();
+    let served_tls = tls.clone();
     let task = tokio::spawn(async move {
-        fedmcmc_party::service::serve(opened.node, &opened.token, listener, async {
-            let _ = stopped.await;
-        })
+        fedmcmc_party::service::serve(
+            opened.node,
+            &opened.token,
+            served_tls.as_ref(),
+            listener,
+            async {
+                let _ = stopped.await;
+            },
+        )
         .await
-        .map_err(anyhow::Error::from)
     });
     Ok(ServedParty {
         address,
         token,
         name: config.name.clone(),
+        tls,
         stop,
         task,
     })
@@ -434,18 +474,32 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
         .exact_posterior(&data)
         .ok_or_else(|| anyhow::anyhow!("the {} model has no exact posterior", model.name()))?;
 
+    let names: Vec<String> = (1..=sim.parties).map(|i| format!("party-{i}")).collect();
+    // A throwaway CA for this federation, with the coordinator's certificate beside it.
+    let ca = out.join("tls");
+    if sim.insecure {
+        tracing::warn!("INSECURE: the simulated federation talks plaintext gRPC (--insecure)");
+    } else {
+        let mut all = names.clone();
+        all.push(COORDINATOR.to_string());
+        tls::issue(&ca, &all)?;
+    }
+    let ca = (!sim.insecure).then_some(ca.as_path());
     let mut served = Vec::with_capacity(sim.parties);
-    for (i, rows) in data.split(sim.parties).iter().enumerate() {
-        let name = format!("party-{}", i + 1);
-        let dir = out.join("parties").join(&name);
-        let config = write_party_dir(&dir, &name, i, rows, &sim, &new_token()?)?;
+    for (i, (rows, name)) in data.split(sim.parties).iter().zip(&names).enumerate() {
+        let dir = out.join("parties").join(name);
+        let config = write_party_dir(&dir, name, i, rows, &sim, &new_token()?, ca)?;
         served.push(serve_party(&config).await?);
     }
     let mut handles = Vec::with_capacity(served.len());
     for p in &served {
+        let tls = match (ca, &p.tls) {
+            (Some(ca), Some(_)) => Some(tls::files_for(ca, COORDINATOR).client(&p.name)?),
+            _ => None,
+        };
         handles.push((
             p.name.clone(),
-            GrpcParty::connect(&p.address, &p.token).await?,
+            GrpcParty::connect(&p.address, &p.token, tls).await?,
         ));
     }
     let federation = Arc::new(Federation::new(handles));

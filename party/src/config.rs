@@ -30,6 +30,13 @@ pub struct PartyConfig {
     /// Caps and the idle lease; every key has a default.
     #[serde(default)]
     pub limits: RunLimits,
+    /// Mutual TLS: the party's certificate and the CA its callers' certificates must chain
+    /// to. Required unless `insecure` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// Serve plaintext gRPC, without TLS: for a closed test network only (logged loudly).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 /// `[limits]`: what one caller can make the party hold. Without caps, cheap plans (many
@@ -161,9 +168,13 @@ impl PartyConfig {
                 *p = base.join(&*p);
             }
         }
+        if let Some(tls) = &mut self.tls {
+            tls.resolve(base);
+        }
     }
 
-    /// Checks what TOML types cannot: a usable budget and a non-empty name.
+    /// Checks what TOML types cannot: a usable budget and a non-empty name, and TLS (or
+    /// plaintext asked for by name).
     pub fn validate(&self) -> Result<(), String> {
         if self.name.trim().is_empty() {
             return Err("name must not be empty".into());
@@ -191,7 +202,14 @@ impl PartyConfig {
                 return Err(format!("limits.{key} must be at least 1"));
             }
         }
-        Ok(())
+        match (&self.tls, self.insecure) {
+            (Some(tls), false) => tls.validate(),
+            (None, true) => Ok(()),
+            (None, false) => Err(
+                "no [tls] section: give the party's certificate, key and the federation's CA (`coordinator certs` makes them), or set `insecure = true` to serve plaintext on a closed network".into(),
+            ),
+            (Some(_), true) => Err("both [tls] and `insecure = true`: choose one".into()),
+        }
     }
 
     /// Reads the bearer token; a short or missing token is an error, never "no auth". A token
@@ -264,6 +282,8 @@ mod tests {
             },
             model: ModelSpec::flat_banana(2),
             limits: RunLimits::default(),
+            tls: None,
+            insecure: true,
         };
         let text = toml::to_string(&config).unwrap();
         assert!(text.contains("accountant = \"best\"\n"), "{text}");

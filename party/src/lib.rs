@@ -18,6 +18,7 @@ pub mod release;
 pub mod service;
 pub mod statistics;
 pub mod store;
+pub mod tls;
 
 pub use node::PartyNode;
 

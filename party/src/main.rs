@@ -61,9 +61,21 @@ async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
         epsilon = d.epsilon, delta = d.delta, epsilon_committed = d.epsilon_committed,
         "serving"
     );
+    if config.insecure {
+        tracing::warn!(
+            "INSECURE: serving plaintext gRPC without TLS (`insecure = true` in the config): anyone on the network path can read the answers and the bearer token"
+        );
+    }
     // Operators and tests read the bound address from this line on stdout.
     println!("listening on {}", listener.local_addr()?);
-    fedmcmc_party::service::serve(opened.node, &opened.token, listener, shutdown_signal()).await?;
+    fedmcmc_party::service::serve(
+        opened.node,
+        &opened.token,
+        config.tls.as_ref(),
+        listener,
+        shutdown_signal(),
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -272,22 +272,33 @@ impl Party for PartyService {
     }
 }
 
-/// Checks `authorization: Bearer <token>` on every call, in constant time.
+/// Checks `authorization: Bearer <token>` on every call, in constant time, and, where the
+/// operator listed client names, that the caller's TLS certificate carries one.
 #[derive(Clone)]
 pub struct BearerAuth {
     expected: Arc<Vec<u8>>,
+    allowed: crate::tls::Allowed,
 }
 
 impl BearerAuth {
-    pub fn new(token: &str) -> Self {
+    pub fn new(token: &str, allowed_clients: &[String]) -> Self {
         BearerAuth {
             expected: Arc::new(format!("Bearer {token}").into_bytes()),
+            allowed: Arc::new(allowed_clients.to_vec()),
         }
     }
 }
 
 impl tonic::service::Interceptor for BearerAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        if !self.allowed.is_empty() {
+            let peer = request.peer_certs();
+            if !crate::tls::names_one_of(peer.as_deref().map(|c| c.as_slice()), &self.allowed) {
+                return Err(Status::permission_denied(
+                    "this party does not admit the caller's certificate name",
+                ));
+            }
+        }
         let given = request
             .metadata()
             .get("authorization")
@@ -336,30 +347,40 @@ fn oversize_is_exhaustion_in_headers(
 pub fn service(
     node: Arc<PartyNode>,
     token: &str,
+    allowed_clients: &[String],
 ) -> InterceptedService<PartyServer<PartyService>, BearerAuth> {
     InterceptedService::new(
         PartyServer::new(PartyService::new(node)).max_decoding_message_size(MAX_MESSAGE_BYTES),
-        BearerAuth::new(token),
+        BearerAuth::new(token, allowed_clients),
     )
 }
 
 /// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown).
+/// With `tls`, only callers whose certificates chain to its CA complete a handshake;
+/// without, plaintext (an operator's explicit `insecure`, or a test).
 /// Accepted sockets get TCP_NODELAY: with several chains' requests in flight on one
 /// connection, Nagle's algorithm would hold small responses back for delayed ACKs.
 pub async fn serve(
     node: Arc<PartyNode>,
     token: &str,
+    tls: Option<&crate::tls::TlsFiles>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
+) -> anyhow::Result<()> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls.server()?)?;
+    }
+    let allowed = tls.map(|t| t.allowed_clients.as_slice()).unwrap_or_default();
+    builder
         .layer(tower::util::MapResponseLayer::new(
             oversize_is_exhaustion_in_headers,
         ))
-        .add_service(service(node, token))
+        .add_service(service(node, token, allowed))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
-        .await
+        .await?;
+    Ok(())
 }

@@ -48,6 +48,8 @@ fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
             table: "rows".into(),
         },
         model: spec,
+        tls: None,
+        insecure: true,
         limits: Default::default(),
     }
 }
@@ -71,7 +73,7 @@ impl Running {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            fedmcmc_party::service::serve(opened.node, &opened.token, listener, async {
+            fedmcmc_party::service::serve(opened.node, &opened.token, None, listener, async {
                 let _ = stopped.await;
             })
             .await

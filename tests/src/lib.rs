@@ -5,6 +5,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use fedmcmc_party::config::PartyConfig;
+use fedmcmc_proto::v1::party_client::PartyClient;
+use fedmcmc_proto::v1::{DescribeRequest, DescribeResponse};
+use tonic::transport::{ClientTlsConfig, Endpoint};
+
 /// Runs a command to its end: (success, stdout, stderr).
 pub fn run(cmd: &mut Command) -> (bool, String, String) {
     let out = cmd.output().expect("run command");
@@ -93,10 +98,17 @@ pub fn write_run_config(
     if let Some(w) = warmup {
         toml += &format!("warmup = {w}\n");
     }
-    toml += "\n";
+    // Mutual TLS with the simulation's CA and coordinator certificate.
+    let tls = sim.join("tls");
+    toml += &format!(
+        "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n\n",
+        tls.join("ca.pem").display(),
+        tls.join("coordinator.pem").display(),
+        tls.join("coordinator.key").display()
+    );
     for (i, p) in parties.iter().enumerate() {
         toml += &format!(
-            "[[parties]]\nname = \"party-{}\"\naddress = \"http://{}\"\ntoken_file = \"{}\"\n\n",
+            "[[parties]]\nname = \"party-{}\"\naddress = \"https://{}\"\ntoken_file = \"{}\"\n\n",
             i + 1,
             p.addr,
             sim.join(format!("parties/party-{}/token", i + 1)).display()
@@ -105,6 +117,53 @@ pub fn write_run_config(
     let path = dir.join("run.toml");
     std::fs::write(&path, toml).unwrap();
     path
+}
+
+/// A Describe call to the party at `addr` over `tls` (plaintext if `None`) with `token`: the
+/// answer, or why there is none (a refused handshake or a status), as text.
+pub fn describe(
+    addr: SocketAddr,
+    tls: Option<ClientTlsConfig>,
+    token: &str,
+) -> Result<DescribeResponse, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}")).unwrap();
+        if let Some(tls) = tls {
+            endpoint = endpoint.tls_config(tls).map_err(|e| format!("{e:?}"))?;
+        }
+        let channel = endpoint.connect().await.map_err(|e| format!("{e:?}"))?;
+        let mut request = tonic::Request::new(DescribeRequest {});
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {}", token.trim()).parse().unwrap(),
+        );
+        PartyClient::new(channel)
+            .describe(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+    })
+}
+
+/// [`describe`] of a simulated party (its `config`) as the simulation's node `client`, with
+/// the party's token, over mutual TLS under the simulation's CA (`<sim>/tls`).
+pub fn describe_as(
+    addr: SocketAddr,
+    config: &PartyConfig,
+    client: &str,
+) -> Result<DescribeResponse, String> {
+    let ca = config.tls.as_ref().expect("a simulated party serves TLS");
+    let sim_tls = ca.ca.parent().unwrap().join("../../../tls");
+    let tls = fedmcmc_party::tls::files_for(&sim_tls, client)
+        .client(&config.name)
+        .unwrap();
+    let token = std::fs::read_to_string(&config.auth_token_file).unwrap();
+    describe(addr, Some(tls), &token)
 }
 
 /// Path of a workspace binary next to this test executable (`target/<profile>/<name>`).

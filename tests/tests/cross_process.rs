@@ -127,7 +127,7 @@ fn a_party_with_a_bad_row_refuses_to_start_and_says_where() {
     std::fs::write(dir.path().join("token"), "a-token-of-enough-length\n").unwrap();
     std::fs::write(
         dir.path().join("party.toml"),
-        "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"ledger.sqlite\"\nauth_token_file = \"token\"\n\
+        "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"ledger.sqlite\"\nauth_token_file = \"token\"\ninsecure = true\n\
          [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
          [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
          [model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n",

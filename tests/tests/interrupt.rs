@@ -2,7 +2,6 @@
 //! ledgers, interrupted mid-run. No reservation may outlive it: every party must be charged
 //! exactly for the releases its ledger records, not for the plan it reserved.
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -10,9 +9,9 @@ use std::time::Duration;
 
 use fedmcmc_common::accountant::{Composition, MechanismKind, Release, StatedError};
 use fedmcmc_party::config::PartyConfig;
-use fedmcmc_proto::v1::DescribeRequest;
-use fedmcmc_proto::v1::party_client::PartyClient;
-use fedmcmc_system_tests::{PartyProcess, bin, simulated_federation, write_run_config};
+use fedmcmc_system_tests::{
+    PartyProcess, bin, describe_as, simulated_federation, write_run_config,
+};
 
 /// Iterations per chain: the first progress line comes at a tenth of them, leaving the other
 /// nine tenths (seconds over loopback gRPC) for the signal to arrive mid-run.
@@ -102,33 +101,6 @@ fn send(pid: u32, signal: libc::c_int) {
     assert_eq!(sent, 0, "kill({pid}, {signal}) failed");
 }
 
-/// Describe over gRPC, as any client of the party: (ε committed, runs open).
-fn describe(addr: SocketAddr, token_file: &Path) -> (f64, u32) {
-    let token = std::fs::read_to_string(token_file).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut request = tonic::Request::new(DescribeRequest {});
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {}", token.trim()).parse().unwrap(),
-        );
-        let d = PartyClient::new(channel)
-            .describe(request)
-            .await
-            .unwrap()
-            .into_inner();
-        (d.epsilon_committed, d.open_runs)
-    })
-}
-
 /// One run as the party's ledger file records it.
 struct LedgerRun {
     run_id: String,
@@ -209,7 +181,8 @@ fn epsilon_of<'a>(
 fn charged_for_what_was_released(parties: &[PartyProcess], configs: &[PathBuf], what: &str) {
     for (p, path) in parties.iter().zip(configs) {
         let config = PartyConfig::load(path).unwrap();
-        let (committed, open_runs) = describe(p.addr, &config.auth_token_file);
+        let d = describe_as(p.addr, &config, "coordinator").unwrap();
+        let (committed, open_runs) = (d.epsilon_committed, d.open_runs);
         assert_eq!(open_runs, 0, "{what}: {} keeps a run open", config.name);
         let runs = ledger_runs(&config.ledger);
         let (released, tolerance) = epsilon_of(

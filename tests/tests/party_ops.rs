@@ -19,7 +19,7 @@ fn party_dir(dir: &Path, ledger: &str) {
     std::fs::write(
         dir.join("party.toml"),
         format!(
-            "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"{ledger}\"\nauth_token_file = \"token\"\n\
+            "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"{ledger}\"\nauth_token_file = \"token\"\ninsecure = true\n\
              [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
              [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
              [model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n"

@@ -13,7 +13,7 @@ use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 use super::{
@@ -56,14 +56,41 @@ const STEP_ATTEMPTS: u32 = 4;
 
 impl GrpcParty {
     /// Connects to `address` (e.g. "http://127.0.0.1:50051").
-    pub async fn connect(address: &str, token: &str) -> Result<Self, CallError> {
-        let endpoint = Endpoint::from_shared(address.to_string())
-            .map_err(|e| CallError {
-                kind: CallErrorKind::Other,
-                message: format!("bad party address {address:?}: {e}"),
-            })?
+    /// Connects to the party at `address`: over mutual TLS with `tls` (the address must be
+    /// `https://`), or plaintext without (it must be `http://`), so a scheme never silently
+    /// picks the transport.
+    pub async fn connect(
+        address: &str,
+        token: &str,
+        tls: Option<ClientTlsConfig>,
+    ) -> Result<Self, CallError> {
+        let bad = |message: String| CallError {
+            kind: CallErrorKind::Other,
+            message,
+        };
+        let mut endpoint = Endpoint::from_shared(address.to_string())
+            .map_err(|e| bad(format!("bad party address {address:?}: {e}")))?
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(10));
+        let scheme = endpoint.uri().scheme_str().unwrap_or_default().to_string();
+        match (tls, scheme.as_str()) {
+            (Some(tls), "https") => {
+                endpoint = endpoint
+                    .tls_config(tls)
+                    .map_err(|e| bad(format!("TLS settings for {address}: {e}")))?;
+            }
+            (None, "http") => {}
+            (Some(_), _) => {
+                return Err(bad(format!(
+                    "{address} is not an https:// address, and TLS is on"
+                )));
+            }
+            (None, _) => {
+                return Err(bad(format!(
+                    "{address} is not an http:// address, and TLS is off (--insecure)"
+                )));
+            }
+        }
         let channel = endpoint.connect().await.map_err(|e| CallError {
             kind: CallErrorKind::Unavailable,
             message: format!("cannot connect to {address}: {e}"),

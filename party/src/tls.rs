@@ -1,0 +1,176 @@
+//! Mutual TLS between the coordinator and the parties (rustls through tonic). Each side
+//! holds a certificate issued by a CA the federation agrees on and accepts only peers whose
+//! certificates chain to it: a party answers no one without such a certificate (and, if its
+//! operator lists names, only those names), and the coordinator talks to no impostor of a
+//! party. The bearer token stays as a second factor.
+//!
+//! [`issue`] makes the CA and the node certificates (`coordinator certs`, and the throwaway
+//! CA of `simulate`).
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls_pki_types::{CertificateDer, DnsName, ServerName};
+use serde::{Deserialize, Serialize};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// A node's TLS files (PEM): the CA its peers' certificates must chain to, and its own
+/// certificate and private key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Party only: the names (DNS subject alternative names) a caller's certificate must
+    /// carry, one of them; empty admits every certificate the CA issued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_clients: Vec<String>,
+}
+
+impl TlsFiles {
+    /// Resolves relative paths against `base` (the config file's directory).
+    pub fn resolve(&mut self, base: &Path) {
+        for p in [&mut self.ca, &mut self.cert, &mut self.key] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
+    /// Checks that the files exist and the allowed names are DNS names, at load time.
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, p) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
+            if !p.is_file() {
+                return Err(format!("tls.{what}: {} is not a file", p.display()));
+            }
+        }
+        for name in &self.allowed_clients {
+            DnsName::try_from(name.as_str())
+                .map_err(|_| format!("tls.allowed_clients: {name:?} is not a DNS name"))?;
+        }
+        Ok(())
+    }
+
+    fn read(&self) -> anyhow::Result<(Identity, Certificate)> {
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+        };
+        Ok((
+            Identity::from_pem(read(&self.cert)?, read(&self.key)?),
+            Certificate::from_pem(read(&self.ca)?),
+        ))
+    }
+
+    /// The party's side: its identity, and client certificates required (tonic refuses a
+    /// handshake without one that chains to the CA).
+    pub fn server(&self) -> anyhow::Result<ServerTlsConfig> {
+        let (identity, ca) = self.read()?;
+        Ok(ServerTlsConfig::new().identity(identity).client_ca_root(ca))
+    }
+
+    /// The coordinator's side towards one party, whose certificate must name `party`.
+    pub fn client(&self, party: &str) -> anyhow::Result<ClientTlsConfig> {
+        let (identity, ca) = self.read()?;
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(ca)
+            .identity(identity)
+            .domain_name(party))
+    }
+}
+
+/// Whether the caller's certificate (the first of `peer`, as the handshake verified it)
+/// names one of `allowed`. No certificate, or one that does not parse, names none.
+pub fn names_one_of(peer: Option<&[CertificateDer<'static>]>, allowed: &[String]) -> bool {
+    let Some(leaf) = peer.and_then(|chain| chain.first()) else {
+        return false;
+    };
+    let Ok(cert) = webpki::EndEntityCert::try_from(leaf) else {
+        return false;
+    };
+    allowed.iter().any(|name| {
+        ServerName::try_from(name.as_str())
+            .is_ok_and(|n| cert.verify_is_valid_for_subject_name(&n).is_ok())
+    })
+}
+
+/// File names of what [`issue`] writes into its directory.
+pub fn ca_cert(dir: &Path) -> PathBuf {
+    dir.join("ca.pem")
+}
+pub fn ca_key(dir: &Path) -> PathBuf {
+    dir.join("ca.key")
+}
+pub fn node_cert(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.pem"))
+}
+pub fn node_key(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.key"))
+}
+
+/// The files a node called `name` uses, from a directory [`issue`] wrote.
+pub fn files_for(dir: &Path, name: &str) -> TlsFiles {
+    TlsFiles {
+        ca: ca_cert(dir),
+        cert: node_cert(dir, name),
+        key: node_key(dir, name),
+        allowed_clients: Vec::new(),
+    }
+}
+
+/// Issues a certificate for each of `names` (its DNS subject alternative name, for both
+/// server and client use) from the CA in `dir`, creating the CA first if `dir` has none.
+/// Private keys are written owner-only; an existing node certificate is never overwritten.
+/// Returns the names issued.
+pub fn issue(dir: &Path, names: &[String]) -> anyhow::Result<Vec<String>> {
+    std::fs::create_dir_all(dir)?;
+    let ca_params = {
+        let mut p = CertificateParams::new(Vec::<String>::new())?;
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        p.distinguished_name
+            .push(DnType::CommonName, "fedmcmc federation CA");
+        p
+    };
+    let ca_key = if ca_key(dir).exists() {
+        KeyPair::from_pem(&std::fs::read_to_string(ca_key(dir))?)?
+    } else {
+        let key = KeyPair::generate()?;
+        let cert = ca_params.self_signed(&key)?;
+        crate::config::write_secret(&ca_key(dir), &key.serialize_pem())?;
+        std::fs::write(ca_cert(dir), cert.pem())?;
+        key
+    };
+    // The CA's subject and key are all a certificate takes from its issuer, and `issue`
+    // writes every CA with the same subject: so an existing CA is rebuilt from its key.
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut issued = Vec::new();
+    for name in names {
+        DnsName::try_from(name.as_str())
+            .map_err(|_| anyhow::anyhow!("{name:?} is not a DNS name"))?;
+        if node_cert(dir, name).exists() {
+            anyhow::bail!(
+                "{} exists: a certificate for {name} was issued already",
+                node_cert(dir, name).display()
+            );
+        }
+        let mut params = CertificateParams::new(vec![name.clone()])?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        crate::config::write_secret(&node_key(dir, name), &key.serialize_pem())?;
+        std::fs::write(node_cert(dir, name), cert.pem())?;
+        issued.push(name.clone());
+    }
+    Ok(issued)
+}
+
+/// The allow-list as the interceptor holds it.
+pub type Allowed = Arc<Vec<String>>;
