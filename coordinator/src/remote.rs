@@ -236,7 +236,10 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
     )
     .await?;
     let mut comments = vec![
-        ("model".to_string(), serde_json::to_string(&config.model)?),
+        (
+            "model_spec".to_string(),
+            serde_json::to_string(&config.model)?,
+        ),
         ("init".to_string(), result.inits.label.clone()),
     ];
     comments.extend(output::job_comments(&result));

@@ -564,7 +564,7 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     };
 
     let mut comments = vec![
-        ("model".to_string(), serde_json::to_string(&sim.spec)?),
+        ("model_spec".to_string(), serde_json::to_string(&sim.spec)?),
         ("rows".to_string(), sim.rows.to_string()),
         ("parties".to_string(), sim.parties.to_string()),
         ("epsilon".to_string(), sim.epsilon.to_string()),

@@ -18,7 +18,7 @@ fn simulate_writes_draws_summary_and_party_stores() {
     for c in 1..=2 {
         let csv = std::fs::read_to_string(out.join(format!("chain-{c}.csv"))).unwrap();
         let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
-        assert!(rows[0].starts_with("accept_stat__,") && rows[0].ends_with("theta.1,theta.2"));
+        assert!(rows[0].starts_with("lp__,accept_stat__,") && rows[0].ends_with("theta.1,theta.2"));
         assert_eq!(rows.len(), 1 + 150, "header plus the post-warm-up draws");
         assert!(csv.contains("# seed = 3") && csv.contains("# init = private initialiser"));
     }

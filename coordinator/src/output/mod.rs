@@ -1,4 +1,4 @@
-//! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (CmdStan layout) and
+//! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (Stan CSV layout) and
 //! `summary.json`; and the table printed on stdout. A job cut short by a signal writes the
 //! same files through the same code, marked partial.
 use std::path::{Path, PathBuf};
@@ -81,7 +81,7 @@ pub fn finish(
     create_dir(dir)?;
     for t in &job.traces {
         let path = dir.join(format!("chain-{}.csv", t.chain + 1));
-        draws_csv::write_chain(&path, t, comments)
+        draws_csv::write_chain(&path, t, model, job.sampler.variant.name(), comments)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     let s = summary::summarise(model, job, exact)?;
@@ -105,7 +105,7 @@ pub fn finish(
 pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
     let s = &result.sampler;
     let mut c = vec![
-        ("method".to_string(), s.variant.describe()),
+        ("variant".to_string(), s.variant.describe()),
         ("chains".to_string(), s.chains.to_string()),
         ("iterations".to_string(), s.iterations.to_string()),
         ("warmup".to_string(), s.warmup.to_string()),
