@@ -561,6 +561,7 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
         sd: exact.sd(),
         mmd_to_exact: mmd(&draws)?,
         mmd_baseline: mmd(&independent)?,
+        draws: reference,
     };
 
     let mut comments = vec![

@@ -1,9 +1,10 @@
-//! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (Stan CSV layout) and
-//! `summary.json`; and the table printed on stdout. A job cut short by a signal writes the
-//! same files through the same code, marked partial.
+//! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (Stan CSV layout),
+//! `summary.json`, trace and pair plots; and the table printed on stdout. A job cut short by
+//! a signal writes the same files through the same code, marked partial.
 use std::path::{Path, PathBuf};
 
 pub mod draws_csv;
+pub mod plots;
 pub mod summary;
 
 use crate::interrupt::Signal;
@@ -83,6 +84,12 @@ pub fn finish(
         let path = dir.join(format!("chain-{}.csv", t.chain + 1));
         draws_csv::write_chain(&path, t, model, job.sampler.variant.name(), comments)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    let title = format!("{model}, {}", job.sampler.variant.name());
+    // The draws and the summary are what the privacy was spent on: a plot that fails is
+    // reported, and does not fail the job.
+    if let Err(e) = plots::write(dir, &title, &job.traces, exact.map(|e| e.draws.as_slice())) {
+        tracing::warn!(error = %format!("{e:#}"), "no plots");
     }
     let s = summary::summarise(model, job, exact)?;
     let path = dir.join("summary.json");

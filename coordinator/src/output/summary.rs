@@ -116,6 +116,8 @@ pub struct ExactReference {
     /// `None` when too few draws were made for the statistic (an early stop).
     pub mmd_to_exact: Option<f64>,
     pub mmd_baseline: Option<f64>,
+    /// An exact posterior sample, overlaid on the pair plot.
+    pub draws: Vec<Vec<f64>>,
 }
 
 /// A number for JSON: `None` rather than a NaN or an infinity.
