@@ -131,6 +131,7 @@ fn main() -> ExitCode {
         };
         if let Ok(report) = &report {
             println!("{}", report.table);
+            println!("output directory: {}", report.out.display());
         }
         match (report, stop.signal()) {
             (Ok(_), None) => ExitCode::SUCCESS,
