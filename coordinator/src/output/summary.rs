@@ -42,8 +42,9 @@ pub struct ChainSummary {
     pub warmup: u64,
     /// Why the chain ended: "completed", or "stopped by SIGINT" (SIGTERM).
     pub status: String,
-    /// The random-walk sd after warm-up (`null` before any step).
-    pub proposal_sd: Option<f64>,
+    /// The kernel's scale after warm-up: the random walk's sd, or DP HMC's leapfrog step size
+    /// (`null` before any step).
+    pub final_scale: Option<f64>,
     /// Mean of Σᵢ σᵢ² over post-warm-up steps (`null` without any).
     pub mean_noise_variance: Option<f64>,
 }
@@ -188,7 +189,7 @@ pub fn summarise(
                     Some(signal) if (t.steps() as u64) < planned => format!("stopped by {signal}"),
                     _ => "completed".to_string(),
                 },
-                proposal_sd: t.scale.last().copied(),
+                final_scale: t.scale.last().copied(),
                 mean_noise_variance: (!kept.is_empty())
                     .then(|| kept.iter().sum::<f64>() / kept.len() as f64),
             }
@@ -287,16 +288,23 @@ pub fn table(s: &Summary) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "\n{:<7} {:>10} {:>8} {:>10} {:>14}\n",
-        "chain", "iterations", "accept", "final sd", "mean Σσ²"
+        "\n{:<7} {:>10} {:>8} {:>11} {:>14}\n",
+        "chain",
+        "iterations",
+        "accept",
+        match s.sampler {
+            Variant::Hmc { .. } => "step size",
+            _ => "proposal sd",
+        },
+        "mean Σσ²"
     ));
     for c in &s.chains {
         out.push_str(&format!(
-            "{:<7} {:>10} {:>8} {:>10} {:>14}\n",
+            "{:<7} {:>10} {:>8} {:>11} {:>14}\n",
             c.chain,
             c.iterations,
             cell(c.acceptance_rate, |x| format!("{x:.3}")),
-            cell(c.proposal_sd, |x| format!("{x:.3e}")),
+            cell(c.final_scale, |x| format!("{x:.3e}")),
             cell(c.mean_noise_variance, |x| format!("{x:.3}")),
         ));
     }
