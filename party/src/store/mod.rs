@@ -1,0 +1,112 @@
+//! The party's rows: loaded once at start from an embedded SQLite database (the default) or a
+//! CSV file, validated row by row as they arrive, and kept column-major in memory for the hot
+//! loop.
+//!
+//! Every source holds one column per data dimension named `x1 … xd`.
+use std::fmt::Display;
+
+use fedmcmc_common::data::Columns;
+
+use crate::config::{DataConfig, DataFormat};
+
+mod csv;
+mod sqlite;
+
+pub use self::csv::load_csv;
+pub use self::sqlite::{load_sqlite, write_sqlite};
+
+/// A bad source: which one, which row, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{origin}: {message}")]
+    Source { origin: String, message: String },
+    #[error("{origin}: row {row}: {message}")]
+    Row {
+        origin: String,
+        row: u64,
+        message: String,
+    },
+}
+
+fn source_error(origin: impl Display, message: impl Display) -> StoreError {
+    StoreError::Source {
+        origin: origin.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// Column names for a row of `d` values.
+pub fn column_names(d: usize) -> Vec<String> {
+    (1..=d).map(|j| format!("x{j}")).collect()
+}
+
+/// Loads the configured data set, expecting `d` columns per row.
+pub fn load(config: &DataConfig, d: usize) -> Result<Columns, StoreError> {
+    match &config.format {
+        DataFormat::Sqlite => load_sqlite(&config.path, &config.table, d),
+        DataFormat::Csv => load_csv(&config.path, d),
+    }
+}
+
+/// One source's rows, appended column by column as they arrive and checked on the way, so
+/// that no source holds its rows twice; and its errors, naming the source and current row.
+struct ColumnBuilder {
+    origin: String,
+    names: Vec<String>,
+    columns: Vec<Vec<f64>>,
+    row: u64,
+}
+
+impl ColumnBuilder {
+    fn new(origin: impl ToString, d: usize) -> Self {
+        ColumnBuilder {
+            origin: origin.to_string(),
+            names: column_names(d),
+            columns: vec![Vec::new(); d],
+            row: 0,
+        }
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Starts the next row. Rows are numbered from 1, as an operator would count them.
+    fn next_row(&mut self) {
+        self.row += 1;
+    }
+
+    /// Appends the current row's value of column `j`, refusing one that is not finite.
+    fn push(&mut self, j: usize, v: f64) -> Result<(), StoreError> {
+        if !v.is_finite() {
+            return Err(self.refuse(j, format!("is {v}, not a finite number")));
+        }
+        self.columns[j].push(v);
+        Ok(())
+    }
+
+    /// The current row refused because its column `j` `what` (e.g. "is NULL").
+    fn refuse(&self, j: usize, what: impl Display) -> StoreError {
+        self.refuse_row(format!("column {} {what}", self.names[j]))
+    }
+
+    fn refuse_row(&self, message: impl ToString) -> StoreError {
+        StoreError::Row {
+            origin: self.origin.clone(),
+            row: self.row,
+            message: message.to_string(),
+        }
+    }
+
+    /// The source refused as a whole (unreadable, wrong columns).
+    fn error(&self, message: impl Display) -> StoreError {
+        source_error(&self.origin, message)
+    }
+
+    fn finish(self) -> Result<Columns, StoreError> {
+        if self.row == 0 {
+            return Err(self.error("holds no rows"));
+        }
+        Columns::from_columns(self.columns).map_err(|e| source_error(&self.origin, e))
+    }
+}
