@@ -101,14 +101,16 @@ mod accountant_key {
     }
 }
 
+/// `[data]`: where the rows come from. In the file it is one flat table (`DataSection`);
+/// `path` and `table` stay plain fields so that code building a SQLite or CSV config keeps
+/// its shape.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "DataSection", into = "DataSection")]
 pub struct DataConfig {
-    #[serde(default)]
     pub format: DataFormat,
+    /// The SQLite or CSV file (empty for PostgreSQL).
     pub path: PathBuf,
     /// SQLite table holding the rows (columns x1 … xd).
-    #[serde(default = "default_table")]
     pub table: String,
 }
 
@@ -116,13 +118,186 @@ fn default_table() -> String {
     "rows".to_string()
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum DataFormat {
     /// An embedded SQLite database (the default store).
     #[default]
     Sqlite,
     Csv,
+    /// A query against a PostgreSQL server, streamed once at start.
+    Postgres(PostgresSource),
+}
+
+/// `format = "postgres"`: one query, run at start in a read-only transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresSource {
+    /// libpq-style `key=value` pairs or a `postgresql://` URL, without a password: a config
+    /// file gets copied and quoted, so one holding a password is refused.
+    pub connection: String,
+    /// One statement whose columns are x1 … xd.
+    pub query: String,
+    /// Where the password is read at start; none for peer, trust or certificate logins.
+    pub password: Option<PasswordSource>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PasswordSource {
+    /// A file only its owner may read (mode 600; refused otherwise, as libpq does).
+    File(PathBuf),
+    /// An environment variable of the party's process.
+    Env(String),
+}
+
+/// `[data]` as written in `party.toml`: every source's keys in one table, checked against
+/// `format` when read.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DataSection {
+    #[serde(default)]
+    format: FormatKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    table: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connection: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    query: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    password_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    password_env: Option<String>,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FormatKey {
+    #[default]
+    Sqlite,
+    Csv,
+    Postgres,
+}
+
+impl TryFrom<DataSection> for DataConfig {
+    type Error = String;
+
+    fn try_from(s: DataSection) -> Result<Self, String> {
+        let postgres_keys = s.connection.is_some()
+            || s.query.is_some()
+            || s.password_file.is_some()
+            || s.password_env.is_some();
+        if s.format != FormatKey::Postgres {
+            if postgres_keys {
+                return Err(
+                    "connection, query, password_file and password_env are keys of \
+                            format = \"postgres\""
+                        .into(),
+                );
+            }
+            let format = match s.format {
+                FormatKey::Csv => DataFormat::Csv,
+                _ => DataFormat::Sqlite,
+            };
+            return Ok(DataConfig {
+                format,
+                path: s.path.ok_or("data.path is required for SQLite and CSV")?,
+                table: s.table.unwrap_or_else(default_table),
+            });
+        }
+        if s.path.is_some() || s.table.is_some() {
+            return Err(
+                "format = \"postgres\" reads no file or table: name the columns in query".into(),
+            );
+        }
+        let password = match (s.password_file, s.password_env) {
+            (Some(_), Some(_)) => {
+                return Err("give at most one of password_file and password_env".into());
+            }
+            (file, env) => file
+                .map(PasswordSource::File)
+                .or(env.map(PasswordSource::Env)),
+        };
+        Ok(DataConfig {
+            format: DataFormat::Postgres(PostgresSource {
+                connection: s
+                    .connection
+                    .ok_or("format = \"postgres\" needs connection")?,
+                query: s.query.ok_or("format = \"postgres\" needs query")?,
+                password,
+            }),
+            path: PathBuf::new(),
+            table: String::new(),
+        })
+    }
+}
+
+impl From<DataConfig> for DataSection {
+    fn from(c: DataConfig) -> Self {
+        let file = |format| DataSection {
+            format,
+            path: Some(c.path.clone()),
+            table: Some(c.table.clone()),
+            connection: None,
+            query: None,
+            password_file: None,
+            password_env: None,
+        };
+        match c.format {
+            DataFormat::Sqlite => file(FormatKey::Sqlite),
+            DataFormat::Csv => file(FormatKey::Csv),
+            DataFormat::Postgres(PostgresSource {
+                connection,
+                query,
+                password,
+            }) => {
+                let (password_file, password_env) = match password {
+                    Some(PasswordSource::File(p)) => (Some(p), None),
+                    Some(PasswordSource::Env(v)) => (None, Some(v)),
+                    None => (None, None),
+                };
+                DataSection {
+                    format: FormatKey::Postgres,
+                    path: None,
+                    table: None,
+                    connection: Some(connection),
+                    query: Some(query),
+                    password_file,
+                    password_env,
+                }
+            }
+        }
+    }
+}
+
+impl DataConfig {
+    fn resolve_paths(&mut self, base: &Path) {
+        let path = match &mut self.format {
+            DataFormat::Sqlite | DataFormat::Csv => &mut self.path,
+            DataFormat::Postgres(PostgresSource {
+                password: Some(PasswordSource::File(p)),
+                ..
+            }) => p,
+            DataFormat::Postgres(_) => return,
+        };
+        if path.is_relative() {
+            *path = base.join(&*path);
+        }
+    }
+
+    /// What serde cannot check: a usable connection string and non-empty names.
+    fn validate(&self) -> Result<(), String> {
+        let DataFormat::Postgres(source) = &self.format else {
+            return Ok(());
+        };
+        crate::store::postgres::client_config(source)?;
+        if source.query.trim().is_empty() {
+            return Err("data.query must not be empty".into());
+        }
+        if source.password == Some(PasswordSource::Env(String::new())) {
+            return Err("data.password_env must name a variable".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +322,7 @@ impl PartyConfig {
         })?;
         let mut config: PartyConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: parse_error(&text, &e),
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
@@ -159,22 +334,19 @@ impl PartyConfig {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
-        for p in [
-            &mut self.ledger,
-            &mut self.auth_token_file,
-            &mut self.data.path,
-        ] {
+        for p in [&mut self.ledger, &mut self.auth_token_file] {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
         }
+        self.data.resolve_paths(base);
         if let Some(tls) = &mut self.tls {
             tls.resolve(base);
         }
     }
 
-    /// Checks what TOML types cannot: a usable budget and a non-empty name, and TLS (or
-    /// plaintext asked for by name).
+    /// Checks what TOML types cannot: a usable budget, a non-empty name, a usable data source,
+    /// and TLS (or plaintext asked for by name).
     pub fn validate(&self) -> Result<(), String> {
         if self.name.trim().is_empty() {
             return Err("name must not be empty".into());
@@ -202,6 +374,7 @@ impl PartyConfig {
                 return Err(format!("limits.{key} must be at least 1"));
             }
         }
+        self.data.validate()?;
         match (&self.tls, self.insecure) {
             (Some(tls), false) => tls.validate(),
             (None, true) => Ok(()),
@@ -237,6 +410,21 @@ impl PartyConfig {
     }
 }
 
+/// Where and why the file does not parse, without quoting it: toml's own rendering shows the
+/// offending line, which could be a password put where it does not belong.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let line = before.matches('\n').count() + 1;
+            let column = before[line_start..].chars().count() + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
 /// The permission bits of `path` if group or others may read it; `None` otherwise or if it
 /// cannot be read at all (reading it says why).
 pub fn readable_by_others(path: &Path) -> Option<u32> {
@@ -264,6 +452,20 @@ mod tests {
 
     /// A party.toml whose `[budget]` has `accountant_line` (or none).
     fn load_with(accountant_line: Option<&str>) -> Result<PartyConfig, ConfigError> {
+        load_replacing("accountant = \"best\"\n", accountant_line.unwrap_or(""))
+    }
+
+    /// The `[data]` table as a SQLite config is written.
+    const SQLITE_DATA: &str =
+        "[data]\nformat = \"sqlite\"\npath = \"rows.sqlite\"\ntable = \"rows\"\n";
+
+    /// A party.toml whose `[data]` table holds `lines`.
+    fn load_data(lines: &str) -> Result<PartyConfig, ConfigError> {
+        load_replacing(SQLITE_DATA, &format!("[data]\n{lines}\n"))
+    }
+
+    /// A valid party.toml (SQLite data), with `from` replaced by `to`.
+    fn load_replacing(from: &str, to: &str) -> Result<PartyConfig, ConfigError> {
         let config = PartyConfig {
             name: "alpha".into(),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -286,8 +488,8 @@ mod tests {
             insecure: true,
         };
         let text = toml::to_string(&config).unwrap();
-        assert!(text.contains("accountant = \"best\"\n"), "{text}");
-        let text = text.replace("accountant = \"best\"\n", accountant_line.unwrap_or(""));
+        assert!(text.contains(from), "{text}");
+        let text = text.replace(from, to);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("party.toml");
         std::fs::write(&path, text).unwrap();
@@ -361,5 +563,131 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "a-token-of-enough-length\n"
         );
+    }
+
+    #[test]
+    fn the_data_section_reads_each_source_and_writes_sqlite_as_before() {
+        let sqlite = load_data("path = \"rows.sqlite\"").unwrap().data;
+        assert_eq!(sqlite.format, DataFormat::Sqlite);
+        assert_eq!(
+            (sqlite.path.file_name().unwrap(), sqlite.table.as_str()),
+            ("rows.sqlite".as_ref(), "rows")
+        );
+        assert!(
+            sqlite.path.is_absolute(),
+            "resolved against the config's folder"
+        );
+        let csv = load_data("format = \"csv\"\npath = \"rows.csv\"")
+            .unwrap()
+            .data;
+        assert_eq!(csv.format, DataFormat::Csv);
+        let postgres = load_data(
+            "format = \"postgres\"\nconnection = \"host=/run/postgresql dbname=clinic\"\n\
+             query = \"SELECT x1, x2 FROM m\"\npassword_file = \"pg-password\"",
+        )
+        .unwrap();
+        let DataFormat::Postgres(source) = &postgres.data.format else {
+            panic!("{:?}", postgres.data);
+        };
+        assert_eq!(source.query, "SELECT x1, x2 FROM m");
+        let Some(PasswordSource::File(file)) = &source.password else {
+            panic!("{source:?}");
+        };
+        assert!(
+            file.is_absolute() && file.ends_with("pg-password"),
+            "{file:?}"
+        );
+        // Written back as read, with no SQLite keys.
+        let text = toml::to_string(&postgres).unwrap();
+        assert!(
+            !text.contains("path =") && !text.contains("table ="),
+            "{text}"
+        );
+        let again: PartyConfig = toml::from_str(&text).unwrap();
+        assert_eq!(again.data.format, postgres.data.format);
+        let by_env = load_data(
+            "format = \"postgres\"\nconnection = \"postgresql://party@db.internal/clinic\"\n\
+             query = \"SELECT x1, x2 FROM m\"\npassword_env = \"PARTY_PG_PASSWORD\"",
+        )
+        .unwrap();
+        let DataFormat::Postgres(source) = by_env.data.format else {
+            panic!();
+        };
+        assert_eq!(
+            source.password,
+            Some(PasswordSource::Env("PARTY_PG_PASSWORD".into()))
+        );
+    }
+
+    #[test]
+    fn the_data_section_refuses_keys_that_do_not_fit_its_format() {
+        let postgres = "format = \"postgres\"\nconnection = \"host=db\"\n";
+        for (lines, says) in [
+            ("format = \"sqlite\"", "data.path is required"),
+            (
+                "path = \"r.sqlite\"\nquery = \"SELECT 1\"",
+                "keys of format = \"postgres\"",
+            ),
+            (
+                &format!("{postgres}query = \"SELECT 1\"\ntable = \"t\""),
+                "reads no file or table",
+            ),
+            (postgres, "needs query"),
+            (
+                &format!("{postgres}query = \" \""),
+                "data.query must not be empty",
+            ),
+            (
+                &format!("{postgres}query = \"q\"\npassword_file = \"f\"\npassword_env = \"V\""),
+                "at most one of password_file and password_env",
+            ),
+            (
+                &format!("{postgres}query = \"q\"\npassword_env = \"\""),
+                "must name a variable",
+            ),
+            (
+                "format = \"postgres\"\nconnection = \"host=db sslmode=require\"\nquery = \"q\"",
+                "without TLS",
+            ),
+        ] {
+            let err = load_data(lines).unwrap_err().to_string();
+            assert!(err.contains(says), "{lines}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_the_config_is_refused_without_being_repeated() {
+        let secret = "hunter2-secret";
+        for (lines, says) in [
+            (
+                format!("connection = \"host=db user=u password={secret}\"\nquery = \"q\""),
+                "data.connection holds a password",
+            ),
+            (
+                format!("connection = \"postgresql://u:{secret}@db/x\"\nquery = \"q\""),
+                "data.connection holds a password",
+            ),
+            (
+                format!("connection = \"host=db password='{secret}\"\nquery = \"q\""),
+                "not a valid connection string",
+            ),
+            (
+                format!("connection = \"host=db\"\nquery = \"q\"\npassword = \"{secret}\""),
+                "unknown field `password`",
+            ),
+        ] {
+            let err = load_data(&format!("format = \"postgres\"\n{lines}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(says) && !err.contains(secret),
+                "{lines}: {err}"
+            );
+        }
+        // A parse error says where, without quoting the line.
+        let err = load_data(&format!("path = \"r.sqlite\"\npassword = \"{secret}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("column 1: unknown field `password`"), "{err}");
     }
 }

@@ -1,6 +1,6 @@
-//! The party's rows: loaded once at start from an embedded SQLite database (the default) or a
-//! CSV file, validated row by row as they arrive, and kept column-major in memory for the hot
-//! loop.
+//! The party's rows: loaded once at start from an embedded SQLite database (the default), a
+//! CSV file or a PostgreSQL query, validated row by row as they arrive, and kept column-major
+//! in memory for the hot loop.
 //!
 //! Every source holds one column per data dimension named `x1 … xd`.
 use std::fmt::Display;
@@ -10,12 +10,14 @@ use fedmcmc_common::data::Columns;
 use crate::config::{DataConfig, DataFormat};
 
 mod csv;
+pub mod postgres;
 mod sqlite;
 
 pub use self::csv::load_csv;
+pub use self::postgres::load_postgres;
 pub use self::sqlite::{load_sqlite, write_sqlite};
 
-/// A bad source: which one, which row, and why.
+/// A bad source: which one (a file, or a server and database), which row, and why.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{origin}: {message}")]
@@ -45,6 +47,7 @@ pub fn load(config: &DataConfig, d: usize) -> Result<Columns, StoreError> {
     match &config.format {
         DataFormat::Sqlite => load_sqlite(&config.path, &config.table, d),
         DataFormat::Csv => load_csv(&config.path, d),
+        DataFormat::Postgres(source) => load_postgres(source, d),
     }
 }
 
