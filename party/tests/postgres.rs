@@ -307,6 +307,8 @@ fn party(dir: &Path, server: &Server<impl Sized>, query: &str, password: &str) -
         },
         model: ModelSpec::flat_banana(2),
         limits: Default::default(),
+        tls: None,
+        insecure: true,
     };
     let path = dir.join("party.toml");
     std::fs::write(&path, toml::to_string(&config).unwrap()).unwrap();
