@@ -251,6 +251,26 @@ impl Ledger {
         Self::start(conn, path, Some(owner))
     }
 
+    /// A copy of the ledger at `path` in memory, read without its owner's lock, for
+    /// reporting on a party while it serves (`party status`): SQLite's WAL lets a reader see
+    /// the last committed state beside the writer. Nothing is written to the file.
+    pub fn snapshot(path: &Path) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
+        if !path.is_file() {
+            return Err(LedgerError::Storage {
+                path: path.to_path_buf(),
+                message: "no ledger file: the party has not served yet".into(),
+            });
+        }
+        let mut conn = Connection::open_in_memory().map_err(|e| storage(path, e))?;
+        conn.restore(
+            rusqlite::MAIN_DB,
+            path,
+            None::<fn(rusqlite::backup::Progress)>,
+        )
+        .map_err(|e| storage(path, e))?;
+        Self::start(conn, path, None)
+    }
+
     /// A ledger that lives in memory only: the same code path without the fsync, for
     /// federations simulated inside one process (tests, benchmarks), where a restart loses
     /// the data as well as the ledger. A served party always uses [`Ledger::open`].

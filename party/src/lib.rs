@@ -63,3 +63,53 @@ pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
         token,
     })
 }
+
+/// What `party status` prints: the budget, the ε committed to closed runs alone and with the
+/// open runs' reservations, and each open run's terms and progress. Read from a snapshot of
+/// the ledger (see [`ledger::Ledger::snapshot`]) through the same accounting a serving node
+/// uses, so the figures are those `Describe` would give; the rows are not read.
+pub fn status(config: &config::PartyConfig) -> anyhow::Result<String> {
+    let model = config.model.build()?;
+    let budget = budget::Budget::new(config.budget)?;
+    let (ledger, open) = ledger::Ledger::snapshot(&config.ledger)?;
+    let node = |ledger| {
+        PartyNode::new(
+            config.name.clone(),
+            Arc::clone(&model),
+            fedmcmc_common::data::Columns::from_column_major(0, model.row_dim(), Vec::new())?,
+            config.neighbours,
+            budget,
+            ledger,
+        )
+        .map_err(anyhow::Error::from)
+    };
+    let closed = ledger.closed_runs()?.runs.len();
+    let all = node((ledger, open.clone()))?.describe();
+    let settled = node(ledger::Ledger::snapshot(&config.ledger).map(|(l, _)| (l, Vec::new()))?)?
+        .describe();
+    let mut out = format!(
+        "party {} (ledger {})\nbudget: ε = {}, δ = {:.3e}\ncommitted: ε = {:.4} with the open runs' reservations; ε = {:.4} by closed runs alone\nruns: {closed} closed, {} open\n",
+        config.name,
+        config.ledger.display(),
+        all.epsilon,
+        all.delta,
+        all.epsilon_committed,
+        settled.epsilon_committed,
+        open.len()
+    );
+    for r in &open {
+        let t = &r.terms;
+        out += &format!(
+            "open run {}: {}, {} chains × {} steps, τ = {}, clip {}, released {} of {}\n",
+            r.run_id,
+            t.variant,
+            t.chains,
+            t.steps_per_chain,
+            t.tau,
+            t.clip,
+            r.released,
+            t.planned_releases
+        );
+    }
+    Ok(out)
+}

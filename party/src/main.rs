@@ -1,4 +1,5 @@
 //! `party serve --config party.toml`: run a party node beside its private rows.
+//! `party status --config party.toml`: its budget and runs, from the ledger, without serving.
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,12 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the budget, what is committed to closed and open runs, and the open runs, from
+    /// a copy of the ledger (safe while the party serves; the rows are not read).
+    Status {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -34,10 +41,14 @@ async fn main() -> std::process::ExitCode {
         // Colour codes only for a person at a terminal, not in log files or pipes.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let Cli {
-        command: Command::Serve { config },
-    } = Cli::parse();
-    match serve(&config).await {
+    let result = match Cli::parse().command {
+        Command::Serve { config } => serve(&config).await,
+        Command::Status { config } => PartyConfig::load(&config)
+            .map_err(anyhow::Error::from)
+            .and_then(|c| fedmcmc_party::status(&c))
+            .map(|report| print!("{report}")),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("party: {e:#}");

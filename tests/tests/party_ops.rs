@@ -1,6 +1,6 @@
 //! Operating a party: one process per ledger (a second `party serve` on a ledger in use stops
 //! at once, naming it, however the path reaches the file, and the first keeps serving), and
-//! token files readable by their owner only.
+//! token files readable by their owner only; `party status` beside a serving party.
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -113,4 +113,30 @@ fn simulated_parties_tokens_are_owner_only() {
         let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{}", token.display());
     }
+}
+
+/// `party status` while the party serves (its ledger locked): the ε committed it prints is
+/// what the serving party's Describe says, and it counts the simulation's closed runs (the
+/// private initialiser's and the sampling run).
+#[test]
+fn status_reads_the_ledger_of_a_serving_party() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, parties, configs) = fedmcmc_system_tests::simulated_federation(dir.path(), "6");
+    let config = fedmcmc_party::config::PartyConfig::load(&configs[0]).unwrap();
+    let described = fedmcmc_system_tests::describe_as(parties[0].addr, &config, "coordinator")
+        .unwrap()
+        .epsilon_committed;
+    let (ok, stdout, stderr) = fedmcmc_system_tests::run(
+        Command::new(bin("party"))
+            .args(["status", "--config"])
+            .arg(&configs[0]),
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("runs: 2 closed, 0 open"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "committed: ε = {described:.4} with the open runs' reservations; ε = {described:.4} by closed runs alone"
+        )),
+        "Describe says {described}: {stdout}"
+    );
 }
