@@ -50,9 +50,15 @@ pub struct GrpcParty {
     streams: Mutex<HashMap<u32, StreamSlot>>,
 }
 
-/// How often a step is tried when its stream fails. Resending the same (run, chain, step)
-/// is safe: the party answers a retry with its stored answer.
-const STEP_ATTEMPTS: u32 = 4;
+/// How often a step is tried when its stream fails or its deadline passes, with waits
+/// doubling from 100 ms up to [`MAX_BACKOFF`] between tries (about 20 s in all: long enough for
+/// a party to restart). Resending the same (run, chain, step) is safe: the party answers a
+/// retry with its stored answer, charged once, after a restart too.
+const STEP_ATTEMPTS: u32 = 9;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long one try of a step may take before it is abandoned and tried again: far beyond
+/// any step's work, so only a hung connection or party meets it.
+const STEP_DEADLINE: Duration = Duration::from_secs(30);
 
 impl GrpcParty {
     /// Connects to `address` (e.g. "http://127.0.0.1:50051").
@@ -146,6 +152,15 @@ impl GrpcParty {
     }
 }
 
+/// A failure a retry may cure: the party unreachable or restarting (UNAVAILABLE), the
+/// deadline passed, or the connection broken mid-call (UNKNOWN, as tonic reports a reset).
+fn transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown
+    )
+}
+
 impl From<Status> for CallError {
     fn from(s: Status) -> CallError {
         let kind = match s.code() {
@@ -156,7 +171,7 @@ impl From<Status> for CallError {
             | Code::Unimplemented
             | Code::Unauthenticated
             | Code::PermissionDenied => CallErrorKind::Refused,
-            Code::Unavailable => CallErrorKind::Unavailable,
+            Code::Unavailable | Code::DeadlineExceeded => CallErrorKind::Unavailable,
             _ => CallErrorKind::Other,
         };
         CallError {
@@ -242,11 +257,23 @@ impl PartyHandle for GrpcParty {
         let mut stream = slot.lock().await;
         let mut attempt = 1;
         let reply = loop {
-            match self.exchange(&mut stream, request.clone()).await {
+            let tried =
+                tokio::time::timeout(STEP_DEADLINE, self.exchange(&mut stream, request.clone()))
+                    .await
+                    .unwrap_or_else(|_| {
+                        // The stream may hold a late reply: never read it for another step.
+                        *stream = None;
+                        Err(Status::deadline_exceeded(format!(
+                            "no answer within {} s",
+                            STEP_DEADLINE.as_secs()
+                        )))
+                    });
+            match tried {
                 Ok(reply) => break reply,
-                Err(s) if attempt < STEP_ATTEMPTS => {
-                    tracing::warn!(chain, step, attempt, error = %s, "step stream failed, resending the same step");
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                Err(s) if attempt < STEP_ATTEMPTS && transient(&s) => {
+                    tracing::warn!(run_id, chain, step, attempt, error = %s, "step failed, resending the same step");
+                    tokio::time::sleep(MAX_BACKOFF.min(Duration::from_millis(50 << attempt)))
+                        .await;
                     attempt += 1;
                 }
                 Err(s) => return Err(s.into()),
