@@ -166,6 +166,20 @@ pub fn describe_as(
     describe(addr, Some(tls), &token)
 }
 
+/// Starts `coordinator run --config CONFIG --out OUT` with its stdout and stderr piped (read
+/// them with `wait_with_output`).
+pub fn start_run(config: &Path, out: &Path) -> Child {
+    Command::new(bin("coordinator"))
+        .args(["run", "--config"])
+        .arg(config)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start coordinator run")
+}
+
 /// Path of a workspace binary next to this test executable (`target/<profile>/<name>`).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

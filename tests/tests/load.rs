@@ -5,11 +5,10 @@
 //! unanswered, and no run stays open. The test is bounded in time by [`LOAD`], not by the
 //! number of iterations.
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fedmcmc_party::config::PartyConfig;
-use fedmcmc_system_tests::{bin, simulated_federation, write_run_config};
+use fedmcmc_system_tests::{simulated_federation, start_run, write_run_config};
 
 /// How long both coordinators sample; `FEDMCMC_LOAD_SECONDS` overrides it.
 const LOAD: Duration = Duration::from_secs(60);
@@ -65,16 +64,7 @@ fn two_coordinators_against_three_parties_every_ledger_matches_what_it_answered(
                 .replace("seed = 5", &format!("seed = {}", 11 + k));
             std::fs::write(&config, text).unwrap();
             let out = dir.join("out");
-            let child = Command::new(bin("coordinator"))
-                .args(["run", "--config"])
-                .arg(&config)
-                .arg("--out")
-                .arg(&out)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            (child, out)
+            (start_run(&config, &out), out)
         })
         .collect();
     std::thread::sleep(load);

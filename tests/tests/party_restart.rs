@@ -2,11 +2,11 @@
 //! the same address: the coordinator resends the step it was waiting for, the restarted
 //! party answers it from its durable ledger, and the run completes with every draw and every
 //! step charged once.
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use fedmcmc_party::config::PartyConfig;
-use fedmcmc_system_tests::{PartyProcess, bin, simulate, write_run_config};
+use fedmcmc_system_tests::{PartyProcess, bin, simulate, start_run, write_run_config};
 
 const ITERATIONS: u64 = 3000;
 const CHAINS: u64 = 2;
@@ -61,15 +61,7 @@ fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
     let mut parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
     let run_config = write_run_config(dir.path(), &sim, &parties, ITERATIONS, None);
     let out = dir.path().join("run");
-    let coordinator = Command::new(bin("coordinator"))
-        .args(["run", "--config"])
-        .arg(&run_config)
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let coordinator = start_run(&run_config, &out);
 
     // Kill party-2 once its sampling run has released something, and start it again.
     let victim = &configs[1];
