@@ -171,11 +171,20 @@ async fn ascend<P: PartyHandle>(
     };
     let size = |g: &[f64]| g.iter().map(|v| v * v).sum::<f64>();
     let mut iterates = vec![(size(&gradient), theta.clone())];
+    let reach = prior_sd(model, &theta);
     for _ in 1..steps {
+        // No move longer than the prior's sd along any coordinate: where every row's gradient
+        // is clipped the gradient barely changes, and Barzilai–Borwein reads that as no
+        // curvature at all.
+        let longest = gradient
+            .iter()
+            .zip(&reach)
+            .map(|(g, r)| (length * g / r).abs())
+            .fold(1.0, f64::max);
         let next: Vec<f64> = theta
             .iter()
             .zip(&gradient)
-            .map(|(t, g)| t + length * g)
+            .map(|(t, g)| t + length * g / longest)
             .collect();
         if next.iter().any(|v| !v.is_finite()) {
             // A step out of the numbers: shorter ones from here, asking the same θ again.
@@ -215,6 +224,29 @@ async fn ascend<P: PartyHandle>(
         })
         .collect();
     Ok((point, scale))
+}
+
+/// The prior's sd along each coordinate at its mode, 1/√(−∂²ⱼ ln p), from the change of
+/// its gradient over a unit step (exact for a Gaussian prior); unbounded where the prior is
+/// flat.
+fn prior_sd(model: &dyn Model, mode: &[f64]) -> Vec<f64> {
+    let dim = mode.len();
+    let mut at_mode = vec![0.0; dim];
+    model.grad_log_prior(mode, &mut at_mode);
+    (0..dim)
+        .map(|j| {
+            let mut moved = mode.to_vec();
+            moved[j] += 1.0;
+            let mut g = vec![0.0; dim];
+            model.grad_log_prior(&moved, &mut g);
+            let curvature = at_mode[j] - g[j];
+            if curvature > 0.0 {
+                curvature.sqrt().recip()
+            } else {
+                f64::INFINITY
+            }
+        })
+        .collect()
 }
 
 /// `chains` starting points: the point found plus N(0, scale²) per coordinate.

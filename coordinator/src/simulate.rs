@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use fedmcmc_common::diagnostics;
-use fedmcmc_common::models::{ExactPosterior, ModelSpec};
+use fedmcmc_common::models::{BananaSpec, ExactPosterior, ModelSpec};
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
 use fedmcmc_party::tls::{self, TlsFiles};
@@ -35,20 +35,50 @@ pub enum Preset {
     TemperedBanana,
     /// Gaussian with identity likelihood covariance, σ0² = 1000, θ = (0, 3, 0, …).
     Gaussian,
+    /// The narrow banana (Räisä 2020, Table 5.1; run there with n = 150 000): the flat
+    /// banana with a = 350. Two-dimensional.
+    NarrowBanana,
+    /// The thesis's "Gauss 30d" (Räisä 2020, Table 5.1; n = 200 000): the flat banana with
+    /// a = 0, a Gaussian with likelihood variances (20, 2.5, 1, …); d = 30 unless --dim.
+    ThesisGaussian,
+    /// The correlated Gaussian (Räisä 2020, Table 5.1; n = 200 000): likelihood covariance
+    /// [[1, 0.999], [0.999, 1]], σ0² = 100, θ = (0, 3). Two-dimensional.
+    CorrelatedGaussian,
 }
 
 impl Preset {
-    fn spec(self, dim: usize, rows: usize) -> ModelSpec {
-        match self {
-            Preset::Banana => ModelSpec::flat_banana(dim),
-            Preset::TemperedBanana => ModelSpec::tempered_banana(dim, rows),
+    /// The preset's model; `dim` is the --dim given, if any.
+    fn spec(self, dim: Option<usize>, rows: usize) -> anyhow::Result<ModelSpec> {
+        let two_d = |name: &str| match dim {
+            None | Some(2) => Ok(()),
+            Some(d) => Err(anyhow::anyhow!("the {name} preset is two-dimensional, not {d}")),
+        };
+        let d = dim.unwrap_or(2);
+        Ok(match self {
+            Preset::Banana => ModelSpec::flat_banana(d),
+            Preset::TemperedBanana => ModelSpec::tempered_banana(d, rows),
             Preset::Gaussian => {
-                let cov = (0..dim)
-                    .map(|i| (0..dim).map(|j| f64::from(u8::from(i == j))).collect())
+                let cov = (0..d)
+                    .map(|i| (0..d).map(|j| f64::from(u8::from(i == j))).collect())
                     .collect();
                 ModelSpec::gaussian(cov, 1000.0)
             }
-        }
+            Preset::NarrowBanana => {
+                two_d("narrow-banana")?;
+                ModelSpec::Banana(BananaSpec {
+                    a: 350.0,
+                    ..BananaSpec::flat(2)
+                })
+            }
+            Preset::ThesisGaussian => ModelSpec::Banana(BananaSpec {
+                a: 0.0,
+                ..BananaSpec::flat(dim.unwrap_or(30))
+            }),
+            Preset::CorrelatedGaussian => {
+                two_d("correlated-gaussian")?;
+                ModelSpec::gaussian(vec![vec![1.0, 0.999], vec![0.999, 1.0]], 100.0)
+            }
+        })
     }
 }
 
@@ -64,7 +94,7 @@ pub struct SimulateArgs {
     /// Model preset [default: banana].
     #[arg(long, value_enum)]
     pub model: Option<Preset>,
-    /// Dimension of θ [default: 2].
+    /// Dimension of θ [default: 2, or 30 for thesis-gaussian].
     #[arg(long)]
     pub dim: Option<usize>,
     /// Rows in all, split evenly among the parties [default: 100000].
@@ -227,10 +257,9 @@ impl Simulation {
                 "need at least one party and one row per party ({rows} rows, {parties} parties)"
             );
         }
-        let dim = args.dim.unwrap_or(2);
         let spec = match (args.model, args.model_spec) {
             (None, Some(spec)) => spec,
-            (preset, _) => preset.unwrap_or(Preset::Banana).spec(dim, rows),
+            (preset, _) => preset.unwrap_or(Preset::Banana).spec(args.dim, rows)?,
         };
         let seconds = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
