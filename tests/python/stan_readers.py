@@ -44,7 +44,7 @@ def main(out):
     assert np.all(fit.method_variables()["lp__"] == 0), "lp__ is written as 0"
     assert np.all(np.isin(fit.method_variables()["accepted__"], [0, 1]))
     for c, chain in enumerate(summary["chains"]):
-        assert fit.step_size[c] == chain["proposal_sd"], (fit.step_size, chain)
+        assert fit.step_size[c] == chain["final_scale"], (fit.step_size, chain)
     means = fit.stan_variable("theta").mean(axis=0)
     for j, p in enumerate(summary["parameters"]):
         assert np.isclose(means[j], p["mean"], rtol=1e-9, atol=1e-12), (means[j], p)
