@@ -42,7 +42,7 @@ fn llr_rows(c: &mut Criterion) {
 
 /// The model's override against the trait's row-by-row default, at a bound that clips 2% of
 /// the rows and at one that clips 75% (the override's square roots and divisions run only
-/// for groups of rows that hold a clipped one).
+/// for the clipped rows).
 fn grad_rows(c: &mut Criterion) {
     let (model, theta, data) = setup();
     let mut out = [0.0; 2];

@@ -6,8 +6,8 @@
 mod lanes;
 
 #[cfg(target_arch = "x86_64")]
-use self::lanes::Avx2;
-use self::lanes::{Lanes, Portable};
+use self::lanes::{Avx2, Avx512};
+use self::lanes::{Lanes, MAX_LANES, Portable};
 use super::sum_clipped_rows;
 use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::Columns;
@@ -101,10 +101,10 @@ pub fn clipped_affine_terms(cols: &Columns, w: &[f64], c: f64, bound: f64, out: 
 ///
 /// `a` holds A (`dim` × `cols.d()`, `dim` = `c.len()` = `out.len()`) column by column:
 /// `a[j*dim..(j+1)*dim]` is ∂g/∂x_j, so a model builds each column with its own chain rule.
-/// Square A up to [`GRAD_MAX_DIM`] runs four rows at a time in registers (A dense, zeros
+/// Square A up to [`GRAD_MAX_DIM`] runs a register of rows at a time (A dense, zeros
 /// included); other shapes go row by row. The norm test runs on the squared norm (against
-/// `clip::norm_sq_bound`), so square roots and divisions run only for the groups of four rows
-/// that hold a clipped one. The summation order is fixed, so the result is deterministic.
+/// `clip::norm_sq_bound`), so square roots and divisions run only for the clipped rows,
+/// packed into registers. The summation order is fixed, so the result is deterministic.
 pub fn clipped_affine_grad_sum(
     cols: &Columns,
     a: &[f64],
@@ -120,8 +120,13 @@ pub fn clipped_affine_grad_sum(
         return sum_clipped_rows(cols, bound, out, |x, g| affine_grad_row(a, c, x, g));
     }
     #[cfg(target_arch = "x86_64")]
-    if wide() {
+    if widest() {
         // SAFETY: the CPU has just been checked for every feature the function enables.
+        return unsafe { grad_avx512(cols, a, c, bound, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // SAFETY: as above.
         return unsafe { grad_avx2(cols, a, c, bound, out) };
     }
     grad_dims::<Portable>(cols, a, c, bound, out)
@@ -132,6 +137,12 @@ pub fn clipped_affine_grad_sum(
 #[cfg(target_arch = "x86_64")]
 fn wide() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+/// Whether to run the AVX-512 copy of the gradient kernel.
+#[cfg(target_arch = "x86_64")]
+fn widest() -> bool {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("popcnt")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -214,6 +225,15 @@ unsafe fn grad_avx2(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut 
     grad_dims::<Avx2>(cols, a, c, bound, out)
 }
 
+/// The gradient kernel in AVX-512 registers: twice the rows of AVX2 per instruction, masks in
+/// mask registers and a packing instruction of its own. Its last bits can differ from the
+/// other copies', each deterministic.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,popcnt")]
+unsafe fn grad_avx512(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+    grad_dims::<Avx512>(cols, a, c, bound, out)
+}
+
 #[inline(always)]
 fn grad_dims<V: Lanes>(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
     match c.len() {
@@ -229,11 +249,11 @@ fn grad_dims<V: Lanes>(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &m
     }
 }
 
-/// Eight rows a step, as two groups of four with accumulators of their own (so that the adds
-/// overlap). A first pass adds the rows kept whole and lists the groups that hold a clipped
-/// row, without a branch; a second pass over each block's list recomputes those groups, adds
-/// their clipped rows and counts them. Their square roots and divisions, dearer than the rest
-/// of a row together, are paid only there.
+/// Two registers' rows a step, each group with accumulators of its own (so that the adds
+/// overlap). Each group adds its rows kept whole and packs the gradients of its clipped rows
+/// into a buffer, without a branch; when the buffer fills, and at the end, they are clipped a
+/// register at a time. So the square roots and divisions, dearer than the rest of a row
+/// together, are paid once per register of clipped rows, and no row is read twice.
 #[inline(always)]
 fn grad_kernel<V: Lanes, const D: usize>(
     cols: &Columns,
@@ -242,53 +262,66 @@ fn grad_kernel<V: Lanes, const D: usize>(
     bound: f64,
     out: &mut [f64],
 ) -> u64 {
-    let n = cols.n();
+    let (n, w) = (cols.n(), V::W);
     let map = GradMap::<V, D>::new(a, c, bound);
-    let n_full = n - n % 8;
+    let n_full = n - n % (2 * w);
     let x: [&[f64]; D] = std::array::from_fn(|j| &cols.col(j)[..n_full]);
     let rows = |r: usize| std::array::from_fn(|j| V::load(&x[j][r..]));
     let mut kept = [[V::splat(0.0); D]; 2];
     let mut clipped = [V::splat(0.0); D];
     let mut count = 0u64;
-    let mut listed = [0usize; BLOCK / 4];
-    for start in (0..n_full).step_by(BLOCK) {
-        let mut n_listed = 0;
-        for r in (start..n_full.min(start + BLOCK)).step_by(8) {
-            for (h, acc) in kept.iter_mut().enumerate() {
-                let (g, s) = map.grads(rows(r + 4 * h));
-                let whole = map.add_kept(g, s, acc);
-                listed[n_listed] = r + 4 * h;
-                n_listed += usize::from(whole != 0b1111);
-            }
+    // The clipped rows not yet added: `held[k][i]` is entry k of the i-th, for i < `len`.
+    let mut held = [[0.0f64; HELD]; D];
+    let mut len = 0;
+    for r in (0..n_full).step_by(2 * w) {
+        for (h, acc) in kept.iter_mut().enumerate() {
+            let (g, s) = map.grads(rows(r + w * h));
+            len = hold(&mut held, len, g, map.add_kept(g, s, acc));
         }
-        for &r in &listed[..n_listed] {
-            let (g, s) = map.grads(rows(r));
-            count += map.add_clipped(g, s, &mut clipped);
+        if len > HELD - 2 * w {
+            map.add_clipped(&held, len, &mut clipped);
+            count += len as u64;
+            len = 0;
         }
     }
     if n_full < n {
-        // The last n mod 8 rows, padded with zero rows that are masked out (kept, adding +0).
-        let tail: [[f64; 8]; D] = std::array::from_fn(|j| {
+        // The last rows, padded with zero rows that are masked out (kept, adding +0).
+        let tail: [[f64; 2 * MAX_LANES]; D] = std::array::from_fn(|j| {
             std::array::from_fn(|l| cols.col(j).get(n_full + l).copied().unwrap_or(0.0))
         });
         for (h, acc) in kept.iter_mut().enumerate() {
-            let real = V::first((n - n_full).saturating_sub(4 * h));
-            let (g, s) = map.grads(std::array::from_fn(|j| V::load(&tail[j][4 * h..])));
-            let (g, s) = (g.map(|v| v.and(real)), s.and(real));
-            if map.add_kept(g, s, acc) != 0b1111 {
-                count += map.add_clipped(g, s, &mut clipped);
-            }
+            let real = V::first((n - n_full).saturating_sub(w * h));
+            let (g, s) = map.grads(std::array::from_fn(|j| V::load(&tail[j][w * h..])));
+            let (g, s) = (g.map(|v| v.select(real)), s.select(real));
+            len = hold(&mut held, len, g, map.add_kept(g, s, acc));
         }
     }
+    map.add_clipped(&held, len, &mut clipped);
+    count += len as u64;
     for (k, o) in out.iter_mut().enumerate() {
-        *o = kept[0][k]
-            .add(kept[1][k])
-            .add(clipped[k])
-            .to_array()
-            .iter()
-            .sum();
+        *o = kept[0][k].add(kept[1][k]).add(clipped[k]).sum();
     }
     count
+}
+
+/// Clipped rows held at most before they are added: a few kB, which stay in L1.
+const HELD: usize = 256;
+
+/// Holds the rows of `g` whose bit is clear in `whole` after the `len` rows in `held`, and
+/// returns the new length. A whole register is stored, the clipped rows first, so the caller
+/// keeps room for one.
+#[inline(always)]
+fn hold<V: Lanes, const D: usize>(
+    held: &mut [[f64; HELD]; D],
+    len: usize,
+    g: [V; D],
+    whole: u32,
+) -> usize {
+    let cut = !whole & ((1 << V::W) - 1);
+    for (held, g) in held.iter_mut().zip(g) {
+        g.pack(cut).store(&mut held[len..]);
+    }
+    len + cut.count_ones() as usize
 }
 
 /// A call's A, c and clip, splatted once into lanes.
@@ -317,13 +350,12 @@ impl<V: Lanes, const D: usize> GradMap<V, D> {
         }
     }
 
-    /// Four rows' gradients c + A x and their squared norms.
+    /// A register of rows' gradients c + A x and their squared norms.
     #[inline(always)]
     fn grads(&self, x: [V; D]) -> ([V; D], V) {
         let g: [V; D] =
             std::array::from_fn(|k| (0..D).fold(self.c[k], |v, j| self.a[k][j].mul_add(x[j], v)));
-        let s = (1..D).fold(g[0].mul(g[0]), |s, k| g[k].mul_add(g[k], s));
-        (g, s)
+        (g, norm_sq(g))
     }
 
     /// Adds the rows kept whole to `acc`; returns their mask bits.
@@ -331,24 +363,32 @@ impl<V: Lanes, const D: usize> GradMap<V, D> {
     fn add_kept(&self, g: [V; D], s: V, acc: &mut [V; D]) -> u32 {
         let whole = s.le(self.keep);
         for (acc, g) in acc.iter_mut().zip(g) {
-            *acc = acc.add(g.and(whole));
+            *acc = acc.add(g.select(whole));
         }
-        whole.bits()
+        V::bits(whole)
     }
 
-    /// Adds the clipped rows, scaled by min(1, bound/‖g‖) (the scale `clip_norm` applies), or
-    /// nothing if their norm is not finite (select, not multiply: a non-finite row times 0
-    /// would be NaN); returns how many rows were clipped.
+    /// Adds the first `len` rows `held` (none of them kept whole), each scaled by
+    /// min(1, bound/‖g‖) (the scale `clip_norm` applies), or nothing if its norm is not finite
+    /// (select, not multiply: a non-finite row times 0 would be NaN).
     #[inline(always)]
-    fn add_clipped(&self, g: [V; D], s: V, acc: &mut [V; D]) -> u64 {
-        let whole = s.le(self.keep);
-        let scale = self.bound.div(s.sqrt()).min_one();
-        let scaled = s.le(self.finite).and_not(whole);
-        for (acc, g) in acc.iter_mut().zip(g) {
-            *acc = acc.add(g.mul(scale).and(scaled));
+    fn add_clipped(&self, held: &[[f64; HELD]; D], len: usize, acc: &mut [V; D]) {
+        for i in (0..len).step_by(V::W) {
+            let g: [V; D] = std::array::from_fn(|k| V::load(&held[k][i..]));
+            let s = norm_sq(g);
+            let scale = self.bound.div(s.sqrt()).min_one();
+            let scaled = V::both(s.le(self.finite), V::first(len - i));
+            for (acc, g) in acc.iter_mut().zip(g) {
+                *acc = acc.add(g.mul(scale).select(scaled));
+            }
         }
-        u64::from(4 - whole.bits().count_ones())
     }
+}
+
+/// A register of rows' squared norms.
+#[inline(always)]
+fn norm_sq<V: Lanes, const D: usize>(g: [V; D]) -> V {
+    (1..D).fold(g[0].mul(g[0]), |s, k| g[k].mul_add(g[k], s))
 }
 
 #[cfg(test)]
@@ -426,10 +466,31 @@ mod tests {
         (out, clipped)
     }
 
-    /// Both copies of the register kernel (and the row-by-row path past [`GRAD_MAX_DIM`]) against
-    /// the plain loop: across block boundaries with a partial last group, and with only a
-    /// partial group; some zero entries of A; at a bound that binds for about half the rows,
-    /// for none and for all.
+    type GradFn = fn(&Columns, &[f64], &[f64], f64, &mut [f64]) -> u64;
+
+    /// Each copy of the register kernel this CPU runs, by name: the dispatch picks one only.
+    fn copies() -> Vec<(&'static str, GradFn)> {
+        let mut copies: Vec<(&str, GradFn)> = vec![("portable", grad_dims::<Portable>)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: each copy runs only if the CPU has the features it enables.
+            if wide() {
+                copies.push(("avx2", |x, a, c, b, out| unsafe { grad_avx2(x, a, c, b, out) }));
+            }
+            if widest() {
+                copies.push(("avx512", |x, a, c, b, out| unsafe {
+                    grad_avx512(x, a, c, b, out)
+                }));
+            }
+        }
+        copies
+    }
+
+    /// Every copy of the register kernel, and the dispatch (the row-by-row path past
+    /// [`GRAD_MAX_DIM`]), against the plain loop: across many registers with a partial last
+    /// one, and with only a partial register; some zero entries of A; at a bound that binds
+    /// for about half the rows, for none and for all (so the clipped rows fill the buffer that
+    /// holds them several times).
     #[test]
     fn gradient_kernel_matches_the_plain_loop() {
         for (dim, n) in (1..=GRAD_MAX_DIM + 1).flat_map(|dim| [(dim, 2 * BLOCK + 13), (dim, 3)]) {
@@ -455,26 +516,24 @@ mod tests {
             norms.sort_by(f64::total_cmp);
             // Halfway between two rows' norms, so that rounding cannot move a row across it.
             let median = 0.5 * (norms[n / 2] + norms[n / 2 + 1]);
+            let mut runs: Vec<(&str, GradFn)> = vec![("dispatch", clipped_affine_grad_sum)];
+            if dim <= GRAD_MAX_DIM {
+                runs.extend(copies());
+            }
             for bound in [median, 0.0, f64::INFINITY] {
                 let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
-                let mut got = vec![0.0; dim];
-                let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
-                let mut portable = vec![0.0; dim];
-                let portable_clipped = if dim <= GRAD_MAX_DIM {
-                    grad_dims::<Portable>(&cols, &a, &c, bound, &mut portable)
-                } else {
-                    clipped_affine_grad_sum(&cols, &a, &c, bound, &mut portable)
-                };
-                assert_eq!(clipped, expect_clipped, "dim {dim}, bound {bound}");
-                assert_eq!(portable_clipped, expect_clipped, "dim {dim}, bound {bound}");
-                if bound == median && n > 3 {
-                    assert!(clipped > 400 && clipped < 600, "{clipped}");
-                }
                 let scale: f64 = norms.iter().map(|v| v.min(bound)).sum();
-                for ((g, p), e) in got.iter().zip(&portable).zip(&expect) {
-                    let tol = 1e-12 * scale;
-                    assert!((g - e).abs() <= tol, "dim {dim}, bound {bound}: {g} vs {e}");
-                    assert!((p - e).abs() <= tol, "dim {dim}, bound {bound}: {p} vs {e}");
+                for (name, run) in &runs {
+                    let mut got = vec![0.0; dim];
+                    let clipped = run(&cols, &a, &c, bound, &mut got);
+                    let at = format!("{name}, dim {dim}, bound {bound}");
+                    assert_eq!(clipped, expect_clipped, "{at}");
+                    if bound == median && n > 3 {
+                        assert!(clipped > 400 && clipped < 600, "{at}: {clipped}");
+                    }
+                    for (g, e) in got.iter().zip(&expect) {
+                        assert!((g - e).abs() <= 1e-12 * scale, "{at}: {g} vs {e}");
+                    }
                 }
             }
         }
@@ -482,41 +541,46 @@ mod tests {
 
     /// A row whose gradient is ∞ or NaN (an infinite entry of A times a row value, ∞ · 0,
     /// a NaN in c) or whose squared norm overflows adds nothing and counts as clipped, whatever
-    /// the bound; the other rows are untouched.
+    /// the bound; the other rows are untouched. In every copy of the kernel, on nine rows and
+    /// on them three times over (so in full registers as well as in the last, padded one).
     #[test]
     fn non_finite_gradients_add_nothing() {
-        let cols = Columns::from_columns(vec![
-            vec![1.0, -1.0, 0.0, 1e300, 2.0, 0.5, -0.25, 1.0, 0.0],
-            vec![0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
-        ])
-        .unwrap();
-        let n = cols.n() as u64;
-        for bound in [1.0, 1e6, f64::INFINITY] {
-            // Finite A and c: only row 3's squared norm (1e600) is not finite.
-            let (a, c) = ([1.0, 0.0, 0.0, 1.0], [0.0, 0.0]);
-            let mut got = [0.0; 2];
-            let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
-            let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
-            assert_eq!(
-                (got.to_vec(), clipped),
-                (expect, expect_clipped),
-                "bound {bound}"
-            );
-            if bound == 1e6 {
-                assert_eq!(clipped, 1);
-                assert_eq!(got, [3.25, 4.0]);
+        let nine = [
+            [1.0, -1.0, 0.0, 1e300, 2.0, 0.5, -0.25, 1.0, 0.0],
+            [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+        ];
+        for times in [1, 3] {
+            let cols = Columns::from_columns(nine.map(|x| x.repeat(times)).to_vec()).unwrap();
+            let (n, r) = (cols.n() as u64, times as f64);
+            for ((name, run), bound) in copies()
+                .into_iter()
+                .flat_map(|copy| [1.0, 1e6, f64::INFINITY].map(|bound| (copy, bound)))
+            {
+                let at = format!("{name}, {times} × 9 rows, bound {bound}");
+                // Finite A and c: only row 3's squared norm (1e600) is not finite.
+                let (a, c) = ([1.0, 0.0, 0.0, 1.0], [0.0, 0.0]);
+                let mut got = [0.0; 2];
+                let clipped = run(&cols, &a, &c, bound, &mut got);
+                let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
+                assert_eq!(clipped, expect_clipped, "{at}");
+                for (g, e) in got.iter().zip(&expect) {
+                    assert!((g - e).abs() <= 1e-12 * e.abs(), "{at}: {g} vs {e}");
+                }
+                if bound == 1e6 {
+                    assert_eq!(clipped, times as u64, "{at}");
+                    assert_eq!(got, [3.25 * r, 4.0 * r], "{at}");
+                }
+                // ∞ in A: every row's first entry is ±∞, or NaN where x_0 = 0.
+                let a = [f64::INFINITY, 0.0, 0.0, 1.0];
+                let clipped = run(&cols, &a, &c, bound, &mut got);
+                let ok = bound.is_infinite(); // an infinite bound keeps ±∞ rows, as clip_norm does
+                assert_eq!(clipped, if ok { 2 * times as u64 } else { n }, "{at}");
+                assert_eq!(got[1], if ok { 3.5 * r } else { 0.0 }, "{at}");
+                // NaN in c: every row is NaN.
+                let c = [f64::NAN, 0.0];
+                let clipped = run(&cols, &[1.0, 0.0, 0.0, 1.0], &c, bound, &mut got);
+                assert_eq!((got, clipped), ([0.0, 0.0], n), "{at}");
             }
-            // ∞ in A: every row's first entry is ±∞, or NaN where x_0 = 0.
-            let a = [f64::INFINITY, 0.0, 0.0, 1.0];
-            let clipped = clipped_affine_grad_sum(&cols, &a, &c, bound, &mut got);
-            let ok = bound.is_infinite(); // an infinite bound keeps ±∞ rows, as clip_norm does
-            assert_eq!(clipped, if ok { 2 } else { n }, "bound {bound}");
-            assert_eq!(got[1], if ok { 3.5 } else { 0.0 }, "bound {bound}");
-            // NaN in c: every row is NaN.
-            let c = [f64::NAN, 0.0];
-            let clipped =
-                clipped_affine_grad_sum(&cols, &[1.0, 0.0, 0.0, 1.0], &c, bound, &mut got);
-            assert_eq!((got, clipped), ([0.0, 0.0], n), "bound {bound}");
         }
     }
 

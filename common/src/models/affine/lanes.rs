@@ -1,43 +1,71 @@
-//! Four f64 lanes, the unit of work of the gradient kernel: written once against [`Lanes`],
-//! compiled for an AVX2 register ([`Avx2`]) and for a plain array ([`Portable`]). Explicit
-//! lanes because LLVM's vectorisers did not keep a row's gradient, norm and clip in registers
-//! (they went through block buffers, each pass costing as much as the arithmetic) or
-//! vectorised across the wrong axis.
+//! A register of f64 lanes, the unit of work of the gradient kernel: written once against
+//! [`Lanes`], compiled for an AVX-512 register ([`Avx512`], eight lanes), an AVX2 one
+//! ([`Avx2`], four) and a plain array ([`Portable`], four). Explicit lanes because LLVM's
+//! vectorisers did not keep a row's gradient, norm and clip in registers (they went through
+//! block buffers, each pass costing as much as the arithmetic) or vectorised across the wrong
+//! axis.
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+/// The most lanes of any copy: sizes the kernel's buffers, which cannot depend on `W`.
+pub(super) const MAX_LANES: usize = 8;
+
 pub(super) trait Lanes: Copy {
+    /// Lanes per register.
+    const W: usize;
+    /// A set of lanes: a vector of all-set or all-clear lanes, or an AVX-512 mask register.
+    type Mask: Copy;
     fn splat(v: f64) -> Self;
-    /// `x[0..4]`.
+    /// `x[0..W]`.
     fn load(x: &[f64]) -> Self;
+    /// Into `out[0..W]`.
+    fn store(self, out: &mut [f64]);
     fn add(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
-    /// self·a + b: fused (one rounding) in the AVX2 copy, two roundings in the portable one.
+    /// self·a + b: fused (one rounding) in the AVX copies, two roundings in the portable one.
     fn mul_add(self, a: Self, b: Self) -> Self;
     fn div(self, o: Self) -> Self;
     fn sqrt(self) -> Self;
     /// min(self, 1), and 1 in NaN lanes.
     fn min_one(self) -> Self;
-    /// A mask: all bits set in the lanes where self ≤ t (not where either is NaN), clear
-    /// elsewhere.
-    fn le(self, t: Self) -> Self;
-    /// self where `mask` is set, +0 elsewhere.
-    fn and(self, mask: Self) -> Self;
-    /// self where `mask` is clear, +0 elsewhere.
-    fn and_not(self, mask: Self) -> Self;
-    /// Bit l set iff lane l of the mask is.
-    fn bits(self) -> u32;
-    fn to_array(self) -> [f64; 4];
-
-    /// The mask of the first `n` lanes.
-    #[inline(always)]
-    fn first(n: usize) -> Self {
-        let set = f64::from_bits(u64::MAX);
-        Self::load(&std::array::from_fn::<_, 4, _>(|l| {
-            if l < n { set } else { 0.0 }
-        }))
-    }
+    /// The lanes where self ≤ t (not where either is NaN).
+    fn le(self, t: Self) -> Self::Mask;
+    /// self in the lanes of `mask`, +0 elsewhere.
+    fn select(self, mask: Self::Mask) -> Self;
+    /// The first `n` lanes.
+    fn first(n: usize) -> Self::Mask;
+    /// The lanes in both masks.
+    fn both(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+    /// Bit l set iff lane l is in the mask.
+    fn bits(mask: Self::Mask) -> u32;
+    /// The lanes whose bit is set in `bits`, in order, then any values.
+    fn pack(self, bits: u32) -> Self;
+    /// The sum of the lanes.
+    fn sum(self) -> f64;
 }
+
+/// For each four-bit mask, the lanes whose bit is set, in order, then the others: the moves
+/// of [`Lanes::pack`] for four lanes.
+const PACK: [[usize; 4]; 16] = {
+    let mut table = [[0; 4]; 16];
+    let mut bits = 0;
+    while bits < 16 {
+        let (mut front, mut back) = (0, 4);
+        let mut lane = 0;
+        while lane < 4 {
+            if (bits >> lane) & 1 == 1 {
+                table[bits][front] = lane;
+                front += 1;
+            } else {
+                back -= 1;
+                table[bits][back] = lane;
+            }
+            lane += 1;
+        }
+        bits += 1;
+    }
+    table
+};
 
 /// Lane by lane, for CPUs without AVX2 and FMA.
 #[derive(Clone, Copy)]
@@ -50,12 +78,9 @@ impl Portable {
     }
 }
 
-/// A mask lane: all bits set or all clear.
-fn mask_lane(set: bool) -> f64 {
-    f64::from_bits(if set { u64::MAX } else { 0 })
-}
-
 impl Lanes for Portable {
+    const W: usize = 4;
+    type Mask = [bool; 4];
     #[inline(always)]
     fn splat(v: f64) -> Self {
         Portable([v; 4])
@@ -63,6 +88,10 @@ impl Lanes for Portable {
     #[inline(always)]
     fn load(x: &[f64]) -> Self {
         Portable(x[..4].try_into().expect("four lanes"))
+    }
+    #[inline(always)]
+    fn store(self, out: &mut [f64]) {
+        out[..4].copy_from_slice(&self.0);
     }
     #[inline(always)]
     fn add(self, o: Self) -> Self {
@@ -89,28 +118,50 @@ impl Lanes for Portable {
         Portable(self.0.map(|v| if v < 1.0 { v } else { 1.0 }))
     }
     #[inline(always)]
-    fn le(self, t: Self) -> Self {
-        self.zip(t, |a, b| mask_lane(a <= b))
+    fn le(self, t: Self) -> [bool; 4] {
+        std::array::from_fn(|l| self.0[l] <= t.0[l])
     }
     #[inline(always)]
-    fn and(self, mask: Self) -> Self {
-        self.zip(mask, |a, m| f64::from_bits(a.to_bits() & m.to_bits()))
+    fn select(self, mask: [bool; 4]) -> Self {
+        Portable(std::array::from_fn(|l| if mask[l] { self.0[l] } else { 0.0 }))
     }
     #[inline(always)]
-    fn and_not(self, mask: Self) -> Self {
-        self.zip(mask, |a, m| f64::from_bits(a.to_bits() & !m.to_bits()))
+    fn first(n: usize) -> [bool; 4] {
+        std::array::from_fn(|l| l < n)
     }
     #[inline(always)]
-    fn bits(self) -> u32 {
-        (0..4)
-            .map(|l| u32::from(self.0[l].is_sign_negative()) << l)
-            .sum()
+    fn both(a: [bool; 4], b: [bool; 4]) -> [bool; 4] {
+        std::array::from_fn(|l| a[l] && b[l])
     }
     #[inline(always)]
-    fn to_array(self) -> [f64; 4] {
-        self.0
+    fn bits(mask: [bool; 4]) -> u32 {
+        (0..4).map(|l| u32::from(mask[l]) << l).sum()
+    }
+    #[inline(always)]
+    fn pack(self, bits: u32) -> Self {
+        Portable(PACK[bits as usize].map(|l| self.0[l]))
+    }
+    #[inline(always)]
+    fn sum(self) -> f64 {
+        self.0.iter().sum()
     }
 }
+
+/// [`PACK`] as the 32-bit lane indices of `vpermps` (a double is two of them).
+#[cfg(target_arch = "x86_64")]
+const PACK_32: [[i32; 8]; 16] = {
+    let mut table = [[0; 8]; 16];
+    let mut bits = 0;
+    while bits < 16 {
+        let mut i = 0;
+        while i < 8 {
+            table[bits][i] = (2 * PACK[bits][i / 2] + i % 2) as i32;
+            i += 1;
+        }
+        bits += 1;
+    }
+    table
+};
 
 /// An AVX2 register. Built only inside the kernel's `#[target_feature(enable = "avx2,fma")]`
 /// copy, which runs only after the CPU has been checked for both features: that is what makes
@@ -121,6 +172,9 @@ pub(super) struct Avx2(__m256d);
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx2 {
+    const W: usize = 4;
+    /// All bits set in the lanes of the mask.
+    type Mask = __m256d;
     #[inline(always)]
     fn splat(v: f64) -> Self {
         // SAFETY (here and below): see the type's documentation.
@@ -130,6 +184,11 @@ impl Lanes for Avx2 {
     fn load(x: &[f64]) -> Self {
         let x = &x[..4];
         unsafe { Avx2(_mm256_loadu_pd(x.as_ptr())) }
+    }
+    #[inline(always)]
+    fn store(self, out: &mut [f64]) {
+        let out = &mut out[..4];
+        unsafe { _mm256_storeu_pd(out.as_mut_ptr(), self.0) }
     }
     #[inline(always)]
     fn add(self, o: Self) -> Self {
@@ -157,25 +216,121 @@ impl Lanes for Avx2 {
         unsafe { Avx2(_mm256_min_pd(self.0, _mm256_set1_pd(1.0))) }
     }
     #[inline(always)]
-    fn le(self, t: Self) -> Self {
-        unsafe { Avx2(_mm256_cmp_pd::<_CMP_LE_OQ>(self.0, t.0)) }
+    fn le(self, t: Self) -> __m256d {
+        unsafe { _mm256_cmp_pd::<_CMP_LE_OQ>(self.0, t.0) }
     }
     #[inline(always)]
-    fn and(self, mask: Self) -> Self {
-        unsafe { Avx2(_mm256_and_pd(self.0, mask.0)) }
+    fn select(self, mask: __m256d) -> Self {
+        unsafe { Avx2(_mm256_and_pd(self.0, mask)) }
     }
     #[inline(always)]
-    fn and_not(self, mask: Self) -> Self {
-        unsafe { Avx2(_mm256_andnot_pd(mask.0, self.0)) }
+    fn first(n: usize) -> __m256d {
+        let set = f64::from_bits(u64::MAX);
+        let lanes: [f64; 4] = std::array::from_fn(|l| if l < n { set } else { 0.0 });
+        unsafe { _mm256_loadu_pd(lanes.as_ptr()) }
     }
     #[inline(always)]
-    fn bits(self) -> u32 {
-        unsafe { _mm256_movemask_pd(self.0) as u32 }
+    fn both(a: __m256d, b: __m256d) -> __m256d {
+        unsafe { _mm256_and_pd(a, b) }
     }
     #[inline(always)]
-    fn to_array(self) -> [f64; 4] {
-        let mut out = [0.0; 4];
-        unsafe { _mm256_storeu_pd(out.as_mut_ptr(), self.0) };
-        out
+    fn bits(mask: __m256d) -> u32 {
+        unsafe { _mm256_movemask_pd(mask) as u32 }
+    }
+    #[inline(always)]
+    fn pack(self, bits: u32) -> Self {
+        let moves = &PACK_32[bits as usize];
+        unsafe {
+            let moves = _mm256_loadu_si256(moves.as_ptr().cast());
+            let packed = _mm256_permutevar8x32_ps(_mm256_castpd_ps(self.0), moves);
+            Avx2(_mm256_castps_pd(packed))
+        }
+    }
+    #[inline(always)]
+    fn sum(self) -> f64 {
+        let mut lanes = [0.0; 4];
+        self.store(&mut lanes);
+        lanes.iter().sum()
+    }
+}
+
+/// An AVX-512 register, with its masks in mask registers. Built only inside the kernel's
+/// `#[target_feature(enable = "avx512f,popcnt")]` copy, which runs only after the CPU has been
+/// checked for both: that is what makes the intrinsics below sound.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Avx512(__m512d);
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx512 {
+    const W: usize = 8;
+    type Mask = __mmask8;
+    #[inline(always)]
+    fn splat(v: f64) -> Self {
+        // SAFETY (here and below): see the type's documentation.
+        unsafe { Avx512(_mm512_set1_pd(v)) }
+    }
+    #[inline(always)]
+    fn load(x: &[f64]) -> Self {
+        let x = &x[..8];
+        unsafe { Avx512(_mm512_loadu_pd(x.as_ptr())) }
+    }
+    #[inline(always)]
+    fn store(self, out: &mut [f64]) {
+        let out = &mut out[..8];
+        unsafe { _mm512_storeu_pd(out.as_mut_ptr(), self.0) }
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        unsafe { Avx512(_mm512_add_pd(self.0, o.0)) }
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        unsafe { Avx512(_mm512_mul_pd(self.0, o.0)) }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        unsafe { Avx512(_mm512_fmadd_pd(self.0, a.0, b.0)) }
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        unsafe { Avx512(_mm512_div_pd(self.0, o.0)) }
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        unsafe { Avx512(_mm512_sqrt_pd(self.0)) }
+    }
+    #[inline(always)]
+    fn min_one(self) -> Self {
+        // vminpd returns its second operand where either is NaN.
+        unsafe { Avx512(_mm512_min_pd(self.0, _mm512_set1_pd(1.0))) }
+    }
+    #[inline(always)]
+    fn le(self, t: Self) -> __mmask8 {
+        unsafe { _mm512_cmp_pd_mask::<_CMP_LE_OQ>(self.0, t.0) }
+    }
+    #[inline(always)]
+    fn select(self, mask: __mmask8) -> Self {
+        unsafe { Avx512(_mm512_maskz_mov_pd(mask, self.0)) }
+    }
+    #[inline(always)]
+    fn first(n: usize) -> __mmask8 {
+        (0xffu32 >> (8 - n.min(8))) as __mmask8
+    }
+    #[inline(always)]
+    fn both(a: __mmask8, b: __mmask8) -> __mmask8 {
+        a & b
+    }
+    #[inline(always)]
+    fn bits(mask: __mmask8) -> u32 {
+        u32::from(mask)
+    }
+    #[inline(always)]
+    fn pack(self, bits: u32) -> Self {
+        unsafe { Avx512(_mm512_maskz_compress_pd(bits as __mmask8, self.0)) }
+    }
+    #[inline(always)]
+    fn sum(self) -> f64 {
+        unsafe { _mm512_reduce_add_pd(self.0) }
     }
 }
