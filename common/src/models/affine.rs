@@ -14,9 +14,6 @@ use crate::data::Columns;
 
 /// Rows per block: the partial sums of a block live in a stack buffer that stays in L1.
 const BLOCK: usize = 512;
-/// Independent accumulators, so the final pass has no loop-carried dependency on one register
-/// and vectorises.
-const LANES: usize = 8;
 
 /// The `Model` methods of the hot loops, for a model whose per-row ratio and gradient are
 /// affine in the row: written once here, they call the model's inherent
@@ -71,11 +68,16 @@ pub fn clipped_affine_sum(cols: &Columns, w: &[f64], c: f64, bound: f64) -> Clip
     assert_eq!(w.len(), cols.d(), "one weight per column");
     assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
     #[cfg(target_arch = "x86_64")]
-    if wide() {
+    if widest() {
         // SAFETY: the CPU has just been checked for every feature the function enables.
+        return unsafe { kernel_avx512(cols, w, c, bound) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // SAFETY: as above.
         return unsafe { kernel_avx2(cols, w, c, bound) };
     }
-    kernel(cols, w, c, bound)
+    kernel::<Portable>(cols, w, c, bound)
 }
 
 /// Each row's clip(c + w·x, ±bound) into `out`: the per-row terms the minibatch variants
@@ -136,7 +138,9 @@ pub fn clipped_affine_grad_sum(
 /// its baseline target and still gets the wide loops where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 fn wide() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("popcnt")
 }
 
 /// Whether to run the AVX-512 copy of the gradient kernel.
@@ -146,13 +150,22 @@ fn widest() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,popcnt")]
 unsafe fn kernel_avx2(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
-    kernel(cols, w, c, bound)
+    kernel::<Avx2>(cols, w, c, bound)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,popcnt")]
+unsafe fn kernel_avx512(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
+    kernel::<Avx512>(cols, w, c, bound)
+}
+
+/// Block by block: the ratios less the last column's term into a buffer, then the last column
+/// fused with clip-and-accumulate, two registers at a time in explicit lanes (the
+/// autovectoriser kept part of that loop scalar).
 #[inline(always)]
-fn kernel(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
+fn kernel<V: Lanes>(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
     let n = cols.n();
     let active: Vec<(&[f64], f64)> = (0..cols.d())
         .filter(|&j| w[j] != 0.0)
@@ -167,40 +180,51 @@ fn kernel(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum {
         };
     };
 
-    let mut acc = [0.0f64; LANES];
-    let mut count = [0u64; LANES];
+    let (low, high, w_lanes) = (V::splat(-bound), V::splat(bound), V::splat(w_last));
+    let step = 2 * V::W;
+    let mut acc = [V::splat(0.0); 2];
+    let mut tail = 0.0;
+    let mut count = 0u64;
     let mut buf = [0.0f64; BLOCK];
     for start in (0..n).step_by(BLOCK) {
         let len = BLOCK.min(n - start);
         let buf = &mut buf[..len];
-        buf.fill(c);
-        for &(col, wj) in rest {
-            for (b, x) in buf.iter_mut().zip(&col[start..start + len]) {
-                *b += wj * x;
+        match rest.split_first() {
+            // c + w_j x_j in one pass, not a fill with c and another.
+            Some((&(col, wj), more)) => {
+                for (b, x) in buf.iter_mut().zip(&col[start..start + len]) {
+                    *b = c + wj * x;
+                }
+                for &(col, wj) in more {
+                    for (b, x) in buf.iter_mut().zip(&col[start..start + len]) {
+                        *b += wj * x;
+                    }
+                }
             }
+            None => buf.fill(c),
         }
-        // Last column fused with clip-and-accumulate: one pass fewer over the buffer.
         let last = &last[start..start + len];
-        let (buf_chunks, x_chunks) = (buf.chunks_exact(LANES), last.chunks_exact(LANES));
-        let (buf_tail, x_tail) = (buf_chunks.remainder(), x_chunks.remainder());
-        for (b, x) in buf_chunks.zip(x_chunks) {
-            for l in 0..LANES {
-                let r = b[l] + w_last * x[l];
-                let rc = clip(r, bound);
-                acc[l] += rc;
-                count[l] += u64::from(rc != r);
+        let full = len - len % step;
+        for i in (0..full).step_by(step) {
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let j = i + h * V::W;
+                let r = V::load(&buf[j..]).add(w_lanes.mul(V::load(&last[j..])));
+                let rc = r.clip(low, high);
+                *acc = acc.add(rc);
+                count += u64::from(V::bits(rc.ne(r)).count_ones());
             }
         }
-        for (l, (b, x)) in buf_tail.iter().zip(x_tail).enumerate() {
+        // The last block's last rows.
+        for (b, x) in buf[full..].iter().zip(&last[full..]) {
             let r = b + w_last * x;
             let rc = clip(r, bound);
-            acc[l] += rc;
-            count[l] += u64::from(rc != r);
+            tail += rc;
+            count += u64::from(rc != r);
         }
     }
     ClippedSum {
-        sum: acc.iter().sum(),
-        clipped: count.iter().sum(),
+        sum: acc[0].add(acc[1]).sum() + tail,
+        clipped: count,
     }
 }
 
@@ -220,7 +244,7 @@ pub const GRAD_MAX_DIM: usize = 8;
 /// The gradient kernel in AVX2 registers, with fused multiply-adds: so its last bits can
 /// differ from the portable copy's, each deterministic.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,popcnt")]
 unsafe fn grad_avx2(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
     grad_dims::<Avx2>(cols, a, c, bound, out)
 }
@@ -363,7 +387,7 @@ impl<V: Lanes, const D: usize> GradMap<V, D> {
     fn add_kept(&self, g: [V; D], s: V, acc: &mut [V; D]) -> u32 {
         let whole = s.le(self.keep);
         for (acc, g) in acc.iter_mut().zip(g) {
-            *acc = acc.add(g.select(whole));
+            *acc = acc.add_in(g, whole);
         }
         V::bits(whole)
     }
@@ -379,7 +403,7 @@ impl<V: Lanes, const D: usize> GradMap<V, D> {
             let scale = self.bound.div(s.sqrt()).min_one();
             let scaled = V::both(s.le(self.finite), V::first(len - i));
             for (acc, g) in acc.iter_mut().zip(g) {
-                *acc = acc.add(g.mul(scale).select(scaled));
+                *acc = acc.add_in(g.mul(scale), scaled);
             }
         }
     }
@@ -395,9 +419,39 @@ fn norm_sq<V: Lanes, const D: usize>(g: [V; D]) -> V {
 mod tests {
     use super::*;
 
+    type RatioFn = fn(&Columns, &[f64], f64, f64) -> ClippedSum;
+    type GradFn = fn(&Columns, &[f64], &[f64], f64, &mut [f64]) -> u64;
+
+    /// Each copy of the kernels this CPU runs, by name, with its ratio and gradient kernels:
+    /// the dispatch picks one only.
+    fn copies() -> Vec<(&'static str, RatioFn, GradFn)> {
+        let mut copies: Vec<(&str, RatioFn, GradFn)> =
+            vec![("portable", kernel::<Portable>, grad_dims::<Portable>)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: each copy runs only if the CPU has the features it enables.
+            if wide() {
+                copies.push((
+                    "avx2",
+                    |x, w, c, b| unsafe { kernel_avx2(x, w, c, b) },
+                    |x, a, c, b, out| unsafe { grad_avx2(x, a, c, b, out) },
+                ));
+            }
+            if widest() {
+                copies.push((
+                    "avx512",
+                    |x, w, c, b| unsafe { kernel_avx512(x, w, c, b) },
+                    |x, a, c, b, out| unsafe { grad_avx512(x, a, c, b, out) },
+                ));
+            }
+        }
+        copies
+    }
+
     #[test]
     fn matches_a_plain_loop_across_block_boundaries() {
-        // n not a multiple of BLOCK or LANES, one zero weight, a bound that binds for some rows.
+        // n not a multiple of BLOCK or of a register, one zero weight, a bound that binds for
+        // some rows; every copy of the kernel, and the dispatch.
         let n = 2 * BLOCK + 13;
         let cols = Columns::from_columns(vec![
             (0..n).map(|i| (i as f64 * 0.37).sin()).collect(),
@@ -412,35 +466,48 @@ mod tests {
             expect.sum += clip(r, bound);
             expect.clipped += u64::from(r.abs() > bound);
         }
-        let got = clipped_affine_sum(&cols, &w, c, bound);
         assert!(expect.clipped > 0 && expect.clipped < n as u64);
-        assert_eq!(got.clipped, expect.clipped);
-        assert!((got.sum - expect.sum).abs() < 1e-9 * n as f64);
+        let dispatch: RatioFn = clipped_affine_sum;
+        for (name, ratio) in copies()
+            .into_iter()
+            .map(|(name, ratio, _)| (name, ratio))
+            .chain([("dispatch", dispatch)])
+        {
+            let got = ratio(&cols, &w, c, bound);
+            assert_eq!(got.clipped, expect.clipped, "{name}");
+            assert!((got.sum - expect.sum).abs() < 1e-9 * n as f64, "{name}");
+        }
     }
 
     /// At extreme θ the weights overflow and c + w·x is ±∞ or NaN (∞ − ∞) depending on the
-    /// row; each term still lands in [−bound, bound], so the sum stays within n·bound.
+    /// row; each term still lands in [−bound, bound], so the sum stays within n·bound. In every
+    /// copy of the kernel, on five rows and on them four times over (so in full registers as
+    /// well as in the rows past the last one).
     #[test]
     fn non_finite_terms_keep_the_sum_within_n_times_the_bound() {
-        let cols = Columns::from_columns(vec![vec![1.0, -1.0, 0.0, f64::MAX, -f64::MAX]]).unwrap();
-        for (w, c) in [
-            (f64::INFINITY, f64::NEG_INFINITY),
-            (f64::INFINITY, 0.0),
-            (f64::NEG_INFINITY, f64::INFINITY),
-            (1e308, -1e308),
-        ] {
-            let got = clipped_affine_sum(&cols, &[w], c, 3.0);
-            assert!(
-                got.sum.is_finite() && got.sum.abs() <= 5.0 * 3.0,
-                "w {w}, c {c}: {got:?}"
-            );
+        let five = [1.0, -1.0, 0.0, f64::MAX, -f64::MAX];
+        for ((name, ratio, _), times) in copies().into_iter().flat_map(|c| [(c, 1), (c, 4)]) {
+            let cols = Columns::from_columns(vec![five.repeat(times)]).unwrap();
+            let (n, at) = (cols.n() as f64, format!("{name}, {times} × 5 rows"));
+            for (w, c) in [
+                (f64::INFINITY, f64::NEG_INFINITY),
+                (f64::INFINITY, 0.0),
+                (f64::NEG_INFINITY, f64::INFINITY),
+                (1e308, -1e308),
+            ] {
+                let got = ratio(&cols, &[w], c, 3.0);
+                assert!(
+                    got.sum.is_finite() && got.sum.abs() <= n * 3.0,
+                    "{at}: w {w}, c {c}: {got:?}"
+                );
+            }
+            // −∞ + ∞·x is NaN for x > 0 and for x = 0 (∞·0), −∞ for x < 0: each becomes −3.
+            let got = ratio(&cols, &[f64::INFINITY], f64::NEG_INFINITY, 3.0);
+            assert_eq!((got.sum, got.clipped), (-3.0 * n, cols.n() as u64), "{at}");
+            // +∞ + ∞·x: NaN for x ≤ 0 (∞·0 is NaN; → −3), +∞ for x > 0 (→ +3).
+            let got = ratio(&cols, &[f64::INFINITY], f64::INFINITY, 3.0);
+            assert_eq!((got.sum, got.clipped), (-3.0 * times as f64, cols.n() as u64), "{at}");
         }
-        // −∞ + ∞·x is NaN for x > 0 and for x = 0 (∞·0), −∞ for x < 0: each becomes −3.
-        let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::NEG_INFINITY, 3.0);
-        assert_eq!((got.sum, got.clipped), (-15.0, 5));
-        // +∞ + ∞·x: NaN for x ≤ 0 (∞·0 is NaN; → −3), +∞ for x > 0 (→ +3).
-        let got = clipped_affine_sum(&cols, &[f64::INFINITY], f64::INFINITY, 3.0);
-        assert_eq!((got.sum, got.clipped), (-3.0, 5));
     }
 
     /// The rows of `n` × `d` data that vary smoothly, with a few large rows.
@@ -464,26 +531,6 @@ mod tests {
         let mut out = vec![0.0; c.len()];
         let clipped = sum_clipped_rows(cols, bound, &mut out, |x, g| affine_grad_row(a, c, x, g));
         (out, clipped)
-    }
-
-    type GradFn = fn(&Columns, &[f64], &[f64], f64, &mut [f64]) -> u64;
-
-    /// Each copy of the register kernel this CPU runs, by name: the dispatch picks one only.
-    fn copies() -> Vec<(&'static str, GradFn)> {
-        let mut copies: Vec<(&str, GradFn)> = vec![("portable", grad_dims::<Portable>)];
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: each copy runs only if the CPU has the features it enables.
-            if wide() {
-                copies.push(("avx2", |x, a, c, b, out| unsafe { grad_avx2(x, a, c, b, out) }));
-            }
-            if widest() {
-                copies.push(("avx512", |x, a, c, b, out| unsafe {
-                    grad_avx512(x, a, c, b, out)
-                }));
-            }
-        }
-        copies
     }
 
     /// Every copy of the register kernel, and the dispatch (the row-by-row path past
@@ -518,7 +565,7 @@ mod tests {
             let median = 0.5 * (norms[n / 2] + norms[n / 2 + 1]);
             let mut runs: Vec<(&str, GradFn)> = vec![("dispatch", clipped_affine_grad_sum)];
             if dim <= GRAD_MAX_DIM {
-                runs.extend(copies());
+                runs.extend(copies().into_iter().map(|(name, _, grad)| (name, grad)));
             }
             for bound in [median, 0.0, f64::INFINITY] {
                 let (expect, expect_clipped) = by_rows(&cols, &a, &c, bound);
@@ -552,7 +599,7 @@ mod tests {
         for times in [1, 3] {
             let cols = Columns::from_columns(nine.map(|x| x.repeat(times)).to_vec()).unwrap();
             let (n, r) = (cols.n() as u64, times as f64);
-            for ((name, run), bound) in copies()
+            for ((name, _, run), bound) in copies()
                 .into_iter()
                 .flat_map(|copy| [1.0, 1e6, f64::INFINITY].map(|bound| (copy, bound)))
             {

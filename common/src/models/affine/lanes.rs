@@ -1,4 +1,4 @@
-//! A register of f64 lanes, the unit of work of the gradient kernel: written once against
+//! A register of f64 lanes, the unit of work of the hot loops: written once against
 //! [`Lanes`], compiled for an AVX-512 register ([`Avx512`], eight lanes), an AVX2 one
 //! ([`Avx2`], four) and a plain array ([`Portable`], four). Explicit lanes because LLVM's
 //! vectorisers did not keep a row's gradient, norm and clip in registers (they went through
@@ -28,10 +28,20 @@ pub(super) trait Lanes: Copy {
     fn sqrt(self) -> Self;
     /// min(self, 1), and 1 in NaN lanes.
     fn min_one(self) -> Self;
+    /// [`crate::clip::clip`] in each lane, `low` = −bound and `high` = bound: low unless self is
+    /// above it (so NaN becomes low), then high unless that is below it.
+    fn clip(self, low: Self, high: Self) -> Self;
     /// The lanes where self ≤ t (not where either is NaN).
     fn le(self, t: Self) -> Self::Mask;
+    /// The lanes where self ≠ t (and where either is NaN).
+    fn ne(self, t: Self) -> Self::Mask;
     /// self in the lanes of `mask`, +0 elsewhere.
     fn select(self, mask: Self::Mask) -> Self;
+    /// self + o in the lanes of `mask`, self elsewhere.
+    #[inline(always)]
+    fn add_in(self, o: Self, mask: Self::Mask) -> Self {
+        self.add(o.select(mask))
+    }
     /// The first `n` lanes.
     fn first(n: usize) -> Self::Mask;
     /// The lanes in both masks.
@@ -118,8 +128,17 @@ impl Lanes for Portable {
         Portable(self.0.map(|v| if v < 1.0 { v } else { 1.0 }))
     }
     #[inline(always)]
+    fn clip(self, low: Self, high: Self) -> Self {
+        self.zip(low, |v, low| if v > low { v } else { low })
+            .zip(high, |v, high| if v < high { v } else { high })
+    }
+    #[inline(always)]
     fn le(self, t: Self) -> [bool; 4] {
         std::array::from_fn(|l| self.0[l] <= t.0[l])
+    }
+    #[inline(always)]
+    fn ne(self, t: Self) -> [bool; 4] {
+        std::array::from_fn(|l| self.0[l] != t.0[l])
     }
     #[inline(always)]
     fn select(self, mask: [bool; 4]) -> Self {
@@ -163,9 +182,9 @@ const PACK_32: [[i32; 8]; 16] = {
     table
 };
 
-/// An AVX2 register. Built only inside the kernel's `#[target_feature(enable = "avx2,fma")]`
-/// copy, which runs only after the CPU has been checked for both features: that is what makes
-/// the intrinsics below sound.
+/// An AVX2 register. Built only inside the kernels' `#[target_feature(enable =
+/// "avx2,fma,popcnt")]` copies, which run only after the CPU has been checked for those
+/// features: that is what makes the intrinsics below sound.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(super) struct Avx2(__m256d);
@@ -216,8 +235,17 @@ impl Lanes for Avx2 {
         unsafe { Avx2(_mm256_min_pd(self.0, _mm256_set1_pd(1.0))) }
     }
     #[inline(always)]
+    fn clip(self, low: Self, high: Self) -> Self {
+        // vmaxpd and vminpd return their second operand unless the first is above (below) it.
+        unsafe { Avx2(_mm256_min_pd(_mm256_max_pd(self.0, low.0), high.0)) }
+    }
+    #[inline(always)]
     fn le(self, t: Self) -> __m256d {
         unsafe { _mm256_cmp_pd::<_CMP_LE_OQ>(self.0, t.0) }
+    }
+    #[inline(always)]
+    fn ne(self, t: Self) -> __m256d {
+        unsafe { _mm256_cmp_pd::<_CMP_NEQ_UQ>(self.0, t.0) }
     }
     #[inline(always)]
     fn select(self, mask: __m256d) -> Self {
@@ -254,9 +282,9 @@ impl Lanes for Avx2 {
     }
 }
 
-/// An AVX-512 register, with its masks in mask registers. Built only inside the kernel's
-/// `#[target_feature(enable = "avx512f,popcnt")]` copy, which runs only after the CPU has been
-/// checked for both: that is what makes the intrinsics below sound.
+/// An AVX-512 register, with its masks in mask registers. Built only inside the kernels'
+/// `#[target_feature(enable = "avx512f,popcnt")]` copies, which run only after the CPU has
+/// been checked for both features: that is what makes the intrinsics below sound.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(super) struct Avx512(__m512d);
@@ -306,12 +334,26 @@ impl Lanes for Avx512 {
         unsafe { Avx512(_mm512_min_pd(self.0, _mm512_set1_pd(1.0))) }
     }
     #[inline(always)]
+    fn clip(self, low: Self, high: Self) -> Self {
+        // vmaxpd and vminpd return their second operand unless the first is above (below) it.
+        unsafe { Avx512(_mm512_min_pd(_mm512_max_pd(self.0, low.0), high.0)) }
+    }
+    #[inline(always)]
     fn le(self, t: Self) -> __mmask8 {
         unsafe { _mm512_cmp_pd_mask::<_CMP_LE_OQ>(self.0, t.0) }
     }
     #[inline(always)]
+    fn ne(self, t: Self) -> __mmask8 {
+        unsafe { _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(self.0, t.0) }
+    }
+    #[inline(always)]
     fn select(self, mask: __mmask8) -> Self {
         unsafe { Avx512(_mm512_maskz_mov_pd(mask, self.0)) }
+    }
+    #[inline(always)]
+    fn add_in(self, o: Self, mask: __mmask8) -> Self {
+        // One instruction: a masked add, where select and add would be two.
+        unsafe { Avx512(_mm512_mask_add_pd(self.0, mask, self.0, o.0)) }
     }
     #[inline(always)]
     fn first(n: usize) -> __mmask8 {
