@@ -314,8 +314,8 @@ impl Ledger {
 
     async fn commit(&self, entry: Entry<'_>) -> Result<(), LedgerError> {
         let write = || {
-            let mut conn = self.conn.lock().expect("ledger lock");
-            write_entry(&mut conn, &entry).map_err(|e| storage(&self.path, e))
+            let conn = self.conn.lock().expect("ledger lock");
+            write_entry(&conn, &entry).map_err(|e| storage(&self.path, e))
         };
         // Moving the worker aside costs a thread hand-off: worth it only around an fsync.
         let result = if self.durable {
@@ -345,19 +345,20 @@ impl Ledger {
     }
 }
 
-/// One entry in its own transaction; `synchronous = FULL` makes the commit durable.
-fn write_entry(conn: &mut Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+/// One entry, one statement, which SQLite runs as a transaction of its own (autocommit):
+/// committed when the statement returns, durably under `synchronous = FULL`. An explicit
+/// BEGIN and COMMIT would add nothing but two statements to parse and run per release.
+fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
     match entry {
         Entry::Open { run_id, terms } => {
             let terms = serde_json::to_string(terms).expect("run terms serialise");
-            tx.execute(
+            conn.execute(
                 "INSERT INTO runs (run_id, terms) VALUES (?1, ?2)",
                 params![run_id, terms],
             )?;
         }
         Entry::Release(r) => {
-            tx.prepare_cached(
+            conn.prepare_cached(
                 "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
@@ -377,13 +378,13 @@ fn write_entry(conn: &mut Connection, entry: &Entry<'_>) -> rusqlite::Result<()>
                 ClosedBy::CloseRun => None,
                 ClosedBy::Lease { idle_seconds } => Some(*idle_seconds as i64),
             };
-            tx.execute(
+            conn.execute(
                 "UPDATE runs SET closed = 1, closed_idle_seconds = ?2 WHERE run_id = ?1",
                 params![run_id, idle_seconds],
             )?;
         }
     }
-    tx.commit()
+    Ok(())
 }
 
 fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
@@ -565,10 +566,9 @@ mod tests {
             )
             .unwrap();
             conn.execute_batch(SCHEMA).unwrap();
-            let mut conn = conn;
             for (run_id, closed) in [("old", 1), ("live", 0)] {
                 write_entry(
-                    &mut conn,
+                    &conn,
                     &Entry::Open {
                         run_id,
                         terms: &terms,
@@ -586,7 +586,7 @@ mod tests {
                         value: vec![step as f64],
                         noise_variance: 1.0,
                     };
-                    write_entry(&mut conn, &Entry::Release(&release)).unwrap();
+                    write_entry(&conn, &Entry::Release(&release)).unwrap();
                 }
                 conn.execute(
                     "UPDATE runs SET closed = ?2 WHERE run_id = ?1",
