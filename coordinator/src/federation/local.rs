@@ -86,6 +86,39 @@ impl PartyHandle for Arc<PartyNode> {
         })
     }
 
+    /// A gradient's step in a task of its own, with its own copy of the run id and θ: its
+    /// work is synchronous, so in the caller's task it would run only after the caller's.
+    /// Other queries' steps run in place: a ratio's pass is shorter than a gradient's (d
+    /// terms a row, not d²) and a batch's far shorter, and on two cores the hand-off to
+    /// another thread (a spawn and a wake-up) cost more than it saved for them (measured
+    /// with `benches/iterations.rs`). Each party's noise is its own, forked per (chain,
+    /// step), so the answers do not depend on the order. A release under way completes even
+    /// if the caller stops waiting, as a served party's does.
+    async fn step_apart(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
+        let Query::Gradient { theta } = query else {
+            return PartyHandle::step(self, run_id, chain, step, query).await;
+        };
+        let (node, run_id, theta) = (Arc::clone(self), run_id.to_string(), theta.to_vec());
+        let task = tokio::spawn(async move {
+            let query = Query::Gradient { theta: &theta };
+            PartyHandle::step(&node, &run_id, chain, step, query).await
+        });
+        match task.await {
+            Ok(answer) => answer,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(CallError {
+                kind: CallErrorKind::Other,
+                message: format!("the release was cancelled: {e}"),
+            }),
+        }
+    }
+
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
         Ok(PartyNode::close_run(self, run_id).await?)
     }
@@ -121,4 +154,64 @@ pub fn nodes(
         parties.push((name, Arc::new(node)));
     }
     Ok(parties)
+}
+
+#[cfg(test)]
+mod tests {
+    use fedmcmc_common::models::ModelSpec;
+    use fedmcmc_party::config::BudgetConfig;
+    use fedmcmc_party::node::INITIALISER;
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// A step computed apart (a gradient's, in a task of its own) or in place (a ratio's)
+    /// answers as the step in the caller's task: two like nodes with noise seeded per
+    /// (chain, step) give the same releases either way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_step_apart_answers_as_the_step_in_place() {
+        let spec = ModelSpec::flat_banana(2);
+        let model = spec.build().unwrap();
+        let rows = model.simulate(
+            &spec.true_theta(),
+            500,
+            &mut rand_chacha::ChaCha8Rng::seed_from_u64(3),
+        );
+        let budget = BudgetConfig {
+            epsilon: 1e3,
+            delta: 1e-3,
+            accountant: Default::default(),
+        };
+        let node = || {
+            let (_, node) = nodes(&spec, vec![rows.clone()], budget, None)
+                .unwrap()
+                .remove(0);
+            Arc::new(Arc::into_inner(node).unwrap().with_seeded_noise(11))
+        };
+        let penalty = Plan::full_penalty(1, 3, 2.0, NoiseRequest::Tau(0.5));
+        let initialiser = Plan {
+            variant: INITIALISER.into(),
+            ..penalty.clone()
+        };
+        for plan in [initialiser, penalty] {
+            let (here, apart) = (node(), node());
+            let fingerprint = model.fingerprint();
+            let run_here = PartyNode::open_run(&here, plan.clone(), &fingerprint).await;
+            let run_apart = PartyNode::open_run(&apart, plan.clone(), &fingerprint).await;
+            let (run_here, run_apart) = (run_here.unwrap().run_id, run_apart.unwrap().run_id);
+            for step in 0..3 {
+                let (theta, theta_proposed) = ([0.1 * step as f64, 3.0], [0.0, 2.9]);
+                let query = match plan.variant.as_str() {
+                    INITIALISER => Query::Gradient { theta: &theta },
+                    _ => Query::LogLikRatio {
+                        theta: &theta,
+                        theta_proposed: &theta_proposed,
+                    },
+                };
+                let expect = PartyHandle::step(&here, &run_here, 0, step, query).await;
+                let got = apart.step_apart(&run_apart, 0, step, query).await;
+                assert_eq!(got.unwrap(), expect.unwrap(), "{}, step {step}", plan.variant);
+            }
+        }
+    }
 }

@@ -123,6 +123,18 @@ pub trait PartyHandle: Send + Sync + 'static {
         query: Query<'_>,
     ) -> impl Future<Output = Result<Contribution, CallError>> + Send;
     fn close_run(&self, run_id: &str) -> impl Future<Output = Result<Closed, CallError>> + Send;
+    /// [`PartyHandle::step`], computed apart from the caller's task where the handle can (an
+    /// in-process party), so that the caller meanwhile computes another party's step; by
+    /// default the step itself (a remote party computes apart anyway).
+    fn step_apart(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        query: Query<'_>,
+    ) -> impl Future<Output = Result<Contribution, CallError>> + Send {
+        self.step(run_id, chain, step, query)
+    }
 }
 
 /// All parties, addressed together.
@@ -205,14 +217,20 @@ impl<P: PartyHandle> Federation<P> {
         query: Query<'_>,
     ) -> Result<Contribution, FederationError> {
         let runs = Arc::clone(&self.runs.read().expect("runs lock"));
-        let answers = try_join_all(
-            self.parties
-                .iter()
-                .zip(runs.iter())
-                .map(|((name, p), run)| async move {
-                    p.step(run, chain, step, query).await.map_err(at(name))
-                }),
-        )
+        // The last party's step runs in this task and the others' apart, started first (the
+        // join polls in order): in-process parties then compute at once, and if no other
+        // core is free the steps started apart wait for this task's thread, not it for them.
+        let last = self.parties.len().saturating_sub(1);
+        let answers = try_join_all(self.parties.iter().zip(runs.iter()).enumerate().map(
+            |(i, ((name, p), run))| async move {
+                let answer = if i < last {
+                    p.step_apart(run, chain, step, query).await
+                } else {
+                    p.step(run, chain, step, query).await
+                };
+                answer.map_err(at(name))
+            },
+        ))
         .await?;
         let mut sum = Contribution {
             value: vec![0.0; query.released_len()],
