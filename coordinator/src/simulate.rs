@@ -10,7 +10,7 @@ use fedmcmc_common::diagnostics;
 use fedmcmc_common::models::{BananaSpec, ExactPosterior, ModelSpec};
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
-use fedmcmc_party::tls::{self, TlsFiles};
+use fedmcmc_party::tls;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -350,7 +350,6 @@ struct ServedParty {
     address: String,
     token: String,
     name: String,
-    tls: Option<TlsFiles>,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -422,12 +421,11 @@ async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
     let (stop, stopped) = oneshot::channel::<()>();
     let token = opened.token.clone();
     let tls = config.tls.clone();
-    let served_tls = tls.clone();
     let task = tokio::spawn(async move {
         fedmcmc_party::service::serve(
             opened.node,
             &opened.token,
-            served_tls.as_ref(),
+            tls.as_ref(),
             listener,
             async {
                 let _ = stopped.await;
@@ -439,7 +437,6 @@ async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
         address,
         token,
         name: config.name.clone(),
-        tls,
         stop,
         task,
     })
@@ -522,9 +519,10 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     }
     let mut handles = Vec::with_capacity(served.len());
     for p in &served {
-        let tls = match (ca, &p.tls) {
-            (Some(ca), Some(_)) => Some(tls::files_for(ca, COORDINATOR).client(&p.name)?),
-            _ => None,
+        // Every party serves TLS exactly when the simulation has a CA.
+        let tls = match ca {
+            Some(ca) => Some(tls::files_for(ca, COORDINATOR).client(&p.name)?),
+            None => None,
         };
         handles.push((
             p.name.clone(),

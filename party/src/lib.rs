@@ -72,21 +72,17 @@ pub fn status(config: &config::PartyConfig) -> anyhow::Result<String> {
     let model = config.model.build()?;
     let budget = budget::Budget::new(config.budget)?;
     let (ledger, open) = ledger::Ledger::snapshot(&config.ledger)?;
-    let node = |ledger| {
-        PartyNode::new(
-            config.name.clone(),
-            Arc::clone(&model),
-            fedmcmc_common::data::Columns::from_column_major(0, model.row_dim(), Vec::new())?,
-            config.neighbours,
-            budget,
-            ledger,
-        )
-        .map_err(anyhow::Error::from)
-    };
     let closed = ledger.closed_runs()?.runs.len();
-    let all = node((ledger, open.clone()))?.describe();
-    let settled = node(ledger::Ledger::snapshot(&config.ledger).map(|(l, _)| (l, Vec::new()))?)?
-        .describe();
+    let node = PartyNode::new(
+        config.name.clone(),
+        Arc::clone(&model),
+        fedmcmc_common::data::Columns::from_column_major(0, model.row_dim(), Vec::new())?,
+        config.neighbours,
+        budget,
+        (ledger, open.clone()),
+    )?;
+    let all = node.describe();
+    let spent = node.epsilon_closed();
     let mut out = format!(
         "party {} (ledger {})\nbudget: ε = {}, δ = {:.3e}\ncommitted: ε = {:.4} with the open runs' reservations; ε = {:.4} by closed runs alone\nruns: {closed} closed, {} open\n",
         config.name,
@@ -94,7 +90,7 @@ pub fn status(config: &config::PartyConfig) -> anyhow::Result<String> {
         all.epsilon,
         all.delta,
         all.epsilon_committed,
-        settled.epsilon_committed,
+        spent,
         open.len()
     );
     for r in &open {

@@ -421,6 +421,15 @@ pub struct PartyNode {
     admission: tokio::sync::Mutex<()>,
 }
 
+/// The closed runs' charges as releases for the accountant.
+fn closed_releases(runs: &Runs) -> impl Iterator<Item = Release> + '_ {
+    runs.charges.iter().map(|c| Release {
+        mechanism: c.mechanism,
+        noise_multiplier: c.noise_multiplier,
+        count: c.releases as f64,
+    })
+}
+
 impl PartyNode {
     /// Builds a node over loaded rows and an opened ledger, with OS-seeded noise.
     pub fn new(
@@ -526,14 +535,17 @@ impl PartyNode {
     /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
         let runs = self.runs.lock().expect("runs lock");
-        let closed = runs.charges.iter().map(|c| Release {
-            mechanism: c.mechanism,
-            noise_multiplier: c.noise_multiplier,
-            count: c.releases as f64,
-        });
         let mut open: Vec<_> = runs.open.iter().map(|(id, r)| (id, r.charged())).collect();
         open.sort_by(|a, b| a.0.cmp(b.0));
-        self.composition(closed.chain(open.into_iter().map(|(_, r)| r)))
+        self.composition(closed_releases(&runs).chain(open.into_iter().map(|(_, r)| r)))
+    }
+
+    /// ε at the party's δ charged to closed runs alone: spent for good, with no reservation
+    /// that a run's close could give back (`party status`).
+    pub fn epsilon_closed(&self) -> f64 {
+        let runs = self.runs.lock().expect("runs lock");
+        self.budget
+            .epsilon_of(&self.composition(closed_releases(&runs)))
     }
 
     /// Releases under this party's neighbour relation, leaving out empty ones.
