@@ -334,7 +334,8 @@ struct Checked {
     hmc: Option<HmcTerms>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+/// Serialisable so that a coordinator can record it and resume a run.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Grant {
     pub run_id: String,
     pub tau: f64,
@@ -346,7 +347,7 @@ pub struct Grant {
     pub lease: Duration,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Closed {
     pub releases: u64,
     pub run_epsilon: f64,
@@ -377,6 +378,10 @@ fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
 pub(crate) struct Runs {
     open: HashMap<String, Arc<RunState>>,
     closed: HashMap<String, ClosedBy>,
+    /// What CloseRun answered for each run it closed since this node started: a repeated
+    /// CloseRun (a retry whose first answer was lost, a resumed coordinator) gets the same
+    /// answer, as a repeated step does.
+    close_answers: HashMap<String, Closed>,
     /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
     /// order whether they were folded as runs closed or read back at start.
     charges: Vec<Charge>,
@@ -482,6 +487,7 @@ impl PartyNode {
         let mut runs = Runs {
             open,
             closed,
+            close_answers: HashMap::new(),
             charges: Vec::new(),
         };
         for ClosedCharge {
@@ -882,6 +888,19 @@ impl PartyNode {
     /// Closes a run; from then on it is charged for what it released, not what it planned.
     pub async fn close_run(&self, run_id: &str) -> Result<Closed, PartyError> {
         let _admission = self.admission.lock().await;
+        let answered = self
+            .runs
+            .lock()
+            .expect("runs lock")
+            .close_answers
+            .get(run_id)
+            .cloned();
+        if let Some(closed) = answered {
+            return Ok(Closed {
+                epsilon_committed: self.budget.epsilon_of(&self.committed()),
+                ..closed
+            });
+        }
         let run = self.run(run_id)?;
         self.close(run_id, run, ClosedBy::CloseRun).await
     }
@@ -976,11 +995,17 @@ impl PartyNode {
             }
         }
         tracing::info!(party = %self.name, %run_id, releases, ?by, "run closed");
-        Ok(Closed {
+        let closed = Closed {
             releases,
             run_epsilon: self.budget.epsilon_of(&self.composition(charged)),
             epsilon_committed: self.budget.epsilon_of(&self.committed()),
-        })
+        };
+        if by == ClosedBy::CloseRun {
+            let mut runs = self.runs.lock().expect("runs lock");
+            runs.close_answers
+                .insert(run_id.to_string(), closed.clone());
+        }
+        Ok(closed)
     }
 }
 

@@ -241,7 +241,17 @@ async fn closed_runs_compose_as_before_and_a_restart_reads_them_back_unchanged()
     ));
     assert!(!step(&node, &open_run.run_id, 2, 1).await.unwrap());
     // Three releases before the restart, three fresh ones after (the replay is not charged).
-    assert_eq!(node.close_run(&open_run.run_id).await.unwrap().releases, 6);
+    let closed = node.close_run(&open_run.run_id).await.unwrap();
+    assert_eq!(closed.releases, 6);
+    // A repeated CloseRun (its first answer lost, or a resumed coordinator's) gets the same
+    // answer and charges nothing more; a step after it is still refused.
+    let committed = node.describe().epsilon_committed;
+    assert_eq!(node.close_run(&open_run.run_id).await.unwrap(), closed);
+    assert_eq!(node.describe().epsilon_committed, committed);
+    assert!(matches!(
+        refusal(step(&node, &open_run.run_id, 0, 3).await),
+        PartyError::FailedPrecondition(_)
+    ));
 }
 
 /// Resident set size of this process, from /proc (Linux).
