@@ -297,6 +297,17 @@ impl std::str::FromStr for InitChoice {
     }
 }
 
+impl Serialize for InitChoice {
+    /// As [`serde::Deserialize`] reads it: a name, or an array of numbers.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InitChoice::Private => s.serialize_str("private"),
+            InitChoice::TruthJitter => s.serialize_str("truth-jitter"),
+            InitChoice::Point(p) => p.serialize(s),
+        }
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for InitChoice {
     /// A string as on the command line, or an array of numbers.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -68,6 +68,9 @@ pub struct JobResult {
     pub initialiser: Option<Initialised>,
     /// Set when a stop request cut some chain short of `sampler.iterations`.
     pub interrupted: Option<Signal>,
+    /// The `key = value` lines the chain files carry: the caller's, where the chains
+    /// started, then [`output::job_comments`].
+    pub comments: Vec<(String, String)>,
 }
 
 impl JobResult {
@@ -92,14 +95,18 @@ fn check_draws(config: &SamplerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the job, whose outputs go to `out`; every refusal comes back as one sentence naming
-/// the party. After `stop` the chains end early and the result holds what they sampled.
+/// Runs the job, whose outputs go to `out`, the chains' draws written there as they come
+/// with the caller's header lines `comments` first; every refusal comes back as one sentence
+/// naming the party. After `stop` the chains end early and the result holds what they
+/// sampled.
+#[allow(clippy::too_many_arguments)] // the whole job, as simulate and run give it
 pub async fn run<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     model: Arc<dyn Model>,
     settings: &JobSettings,
     start: Start,
     out: &Path,
+    mut comments: Vec<(String, String)>,
     progress: impl FnOnce(u32, u64) -> Arc<dyn Progress>,
     stop: &Stop,
 ) -> anyhow::Result<JobResult> {
@@ -188,15 +195,27 @@ pub async fn run<P: PartyHandle>(
     for (p, g) in parties.iter().zip(&grants) {
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
     }
-    let progress = progress(config.chains, config.iterations);
-    let sampled = sampler::sample(
-        Arc::clone(&federation),
-        model,
-        &config,
-        inits.points.clone(),
-        progress,
-        stop,
-    )
+    comments.push(("init".to_string(), inits.label.clone()));
+    comments.extend(output::job_comments(&config, &parties, &grants, &plans));
+    let sampled = async {
+        let live = output::LiveDraws::open(
+            out,
+            model.as_ref(),
+            &config,
+            &comments,
+            progress(config.chains, config.iterations),
+        )?;
+        let traces = sampler::sample(
+            Arc::clone(&federation),
+            model,
+            &config,
+            inits.points.clone(),
+            Arc::new(live),
+            stop,
+        )
+        .await?;
+        anyhow::Ok(traces)
+    }
     .await;
     // Close even after a failure or a stop, so unused reservations go back to the parties.
     let closed = federation.close().await;
@@ -215,6 +234,7 @@ pub async fn run<P: PartyHandle>(
         traces,
         inits,
         initialiser: initialised,
+        comments,
     })
 }
 

@@ -7,9 +7,12 @@
 //! - `initialiser`: the private initialiser, where chains start when no point is given.
 //! - `planning`: iterations from τ (Räisä 2020, Alg. 2) or τ from iterations.
 //! - `job`: check, plan, open, sample, close; shared by `simulate` and `run`.
+//! - `checkpoint`: what `--resume` reads back after a coordinator was killed (with
+//!   `federation::recorded`, every party's replies on record).
 //! - `interrupt`: SIGINT/SIGTERM as a stop flag the sampler checks between steps.
 //! - `simulate`, `remote`: the two ways to launch a job; `output`, `progress`: what it shows.
 //! - `privacy_cli`: `coordinator privacy …`, the accountants on the command line.
+pub mod checkpoint;
 pub mod federation;
 pub mod initialiser;
 pub mod interrupt;

@@ -3,6 +3,8 @@
 //! - `privacy …` prints one JSON object on stdout.
 //! - `simulate` runs a whole federation on this machine (the main job).
 //! - `run --config run.toml` samples against parties running elsewhere.
+//! - `simulate --resume DIR` and `run --resume DIR` carry on a job whose coordinator was
+//!   killed.
 //!
 //! On bad input every subcommand prints one sentence on stderr and exits non-zero. On
 //! SIGINT or SIGTERM `simulate` and `run` stop their chains, close their runs on every party,
@@ -34,15 +36,20 @@ enum Command {
     Simulate(Box<simulate::SimulateArgs>),
     /// Sample against running parties listed in a run config.
     Run {
-        #[arg(long)]
-        config: PathBuf,
-        /// Output directory (overrides `out` in the config).
+        #[arg(long, required_unless_present = "resume")]
+        config: Option<PathBuf>,
+        /// Output directory (overrides `out` in the config); it must not hold another run.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Plaintext gRPC to every party, no TLS (as `insecure = true` in the config): for a
         /// closed test network only.
         #[arg(long)]
         insecure: bool,
+        /// Carry on the run in DIR whose coordinator was killed, with the config it started
+        /// with: the same run ids and steps, the draws so far kept, nothing charged twice.
+        /// Within the parties' lease (10 minutes by default) of the last step.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "out", "insecure"])]
+        resume: Option<PathBuf>,
     },
     /// Issue mutual-TLS certificates for a federation: a CA (created in DIR on first use)
     /// and, for each NAME, a certificate and key for that node (party or coordinator),
@@ -97,11 +104,15 @@ fn main() -> ExitCode {
         }
         Command::Simulate(args) => Job::Simulate(args),
         Command::Run {
+            resume: Some(dir), ..
+        } => Job::ResumeRun(dir),
+        Command::Run {
             config,
             out,
             insecure,
+            ..
         } => Job::Run {
-            config,
+            config: config.expect("clap requires --config without --resume"),
             out,
             insecure,
         },
@@ -113,10 +124,18 @@ fn main() -> ExitCode {
             Err(e) => return failure(&anyhow::anyhow!("cannot handle signals: {e}")),
         };
         let report = match job {
-            Job::Simulate(args) => match simulate::Simulation::from_args(*args) {
-                Ok(sim) => simulate::simulate(sim, &stop).await,
-                Err(e) => Err(e),
+            Job::Simulate(args) => match args.resume.clone() {
+                Some(dir) if *args != resumed(&dir) => Err(anyhow::anyhow!(
+                    "--resume takes every setting from {}: give no other flag",
+                    dir.display()
+                )),
+                Some(dir) => simulate::resume(&dir, &stop).await,
+                None => match simulate::Simulation::from_args(*args) {
+                    Ok(sim) => simulate::simulate(sim, &stop).await,
+                    Err(e) => Err(e),
+                },
             },
+            Job::ResumeRun(dir) => remote::resume(&dir, &stop).await,
             Job::Run {
                 config,
                 out,
@@ -148,9 +167,18 @@ fn main() -> ExitCode {
     })
 }
 
+/// `simulate --resume DIR` and nothing else.
+fn resumed(dir: &std::path::Path) -> simulate::SimulateArgs {
+    simulate::SimulateArgs {
+        resume: Some(dir.to_path_buf()),
+        ..Default::default()
+    }
+}
+
 /// A sampling job, run with signal handling (see `fedmcmc_coordinator::interrupt`).
 enum Job {
     Simulate(Box<simulate::SimulateArgs>),
+    ResumeRun(PathBuf),
     Run {
         config: PathBuf,
         out: Option<PathBuf>,

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::sampler::Progress;
+use crate::sampler::{ChainTrace, Progress};
 
 /// One bar per chain on a terminal.
 pub struct Bars {
@@ -44,27 +44,30 @@ pub fn for_terminal(chains: u32, iterations: u64) -> Arc<dyn Progress> {
 }
 
 impl Progress for Bars {
-    fn step(&self, chain: u32, step: u64) {
-        let bar = &self.bars[chain as usize];
-        bar.set_position(step + 1);
-        if step + 1 == bar.length().unwrap_or(0) {
+    fn step(&self, trace: &ChainTrace) -> anyhow::Result<()> {
+        let bar = &self.bars[trace.chain as usize];
+        let done = trace.steps() as u64;
+        bar.set_position(done);
+        if done == bar.length().unwrap_or(0) {
             bar.finish();
         }
+        Ok(())
     }
 }
 
 impl Progress for LogLines {
-    fn step(&self, chain: u32, step: u64) {
-        let decile = (step + 1) * 10 / self.iterations.max(1);
+    fn step(&self, trace: &ChainTrace) -> anyhow::Result<()> {
+        let done = trace.steps() as u64;
+        let decile = done * 10 / self.iterations.max(1);
         let mut last = self.last_decile.lock().expect("progress lock");
-        if decile > last[chain as usize] {
-            last[chain as usize] = decile;
+        if decile > last[trace.chain as usize] {
+            last[trace.chain as usize] = decile;
             tracing::info!(
-                chain = chain + 1,
-                "{}/{} iterations",
-                step + 1,
+                chain = trace.chain + 1,
+                "{done}/{} iterations",
                 self.iterations
             );
         }
+        Ok(())
     }
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_party::tls::TlsFiles;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tonic::transport::ClientTlsConfig;
 
+use crate::checkpoint::Checkpoint;
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
 use crate::initialiser::{self, InitChoice, InitialiserSettings};
@@ -16,7 +17,7 @@ use crate::job::{self, Inits, JobSettings, Start};
 use crate::output::{self, Report};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// Output directory (relative to the config file); `--out` overrides it.
@@ -34,7 +35,7 @@ pub struct RunConfig {
     pub insecure: bool,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SamplerSection {
     /// `penalty` (default), `minibatch-penalty`, `barker` or `hmc`.
@@ -90,7 +91,7 @@ fn default_seed() -> u64 {
     1
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteParty {
     pub name: String,
@@ -108,7 +109,10 @@ impl RunConfig {
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let mut config: RunConfig = toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{} is not a valid run config: {e}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
+        // Absolute, so that the config kept for `--resume` means the same from anywhere.
+        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
+            .map_err(|e| anyhow::anyhow!("cannot resolve {}: {e}", path.display()))?;
+        let base = base.as_path();
         for p in &mut config.parties {
             if p.token_file.is_relative() {
                 p.token_file = base.join(&p.token_file);
@@ -141,7 +145,10 @@ impl RunConfig {
                 tls.validate().map_err(anyhow::Error::msg)?;
                 self.parties
                     .iter()
-                    .map(|p| tls.client(p.tls_name.as_deref().unwrap_or(&p.name)).map(Some))
+                    .map(|p| {
+                        tls.client(p.tls_name.as_deref().unwrap_or(&p.name))
+                            .map(Some)
+                    })
                     .collect()
             }
             (None, true) => {
@@ -158,11 +165,37 @@ impl RunConfig {
     }
 }
 
-/// Runs the configured job until it ends or `stop` is requested, and reports it.
+/// The command's name, as the checkpoint records it.
+const COMMAND: &str = "run";
+
+/// Runs the configured job until it ends or `stop` is requested, and reports it. The job
+/// keeps a checkpoint in its output directory, so that [`resume`] can carry it on if the
+/// coordinator is killed.
 pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow::Result<Report> {
     let out = out
         .or(config.out.clone())
         .ok_or_else(|| anyhow::anyhow!("give --out or `out` in the run config"))?;
+    let checkpoint = Checkpoint::start(&out, COMMAND, &config)?;
+    let outcome = job(config, &out, &checkpoint, stop).await;
+    checkpoint.end(&outcome)?;
+    outcome
+}
+
+/// Carries on the job in `out`, whose coordinator was killed, with the settings it started
+/// with: the same run ids and steps, the draws so far kept.
+pub async fn resume(out: &Path, stop: &Stop) -> anyhow::Result<Report> {
+    let (checkpoint, config) = Checkpoint::resume(out, COMMAND)?;
+    let outcome = job(config, out, &checkpoint, stop).await;
+    checkpoint.end(&outcome)?;
+    outcome
+}
+
+async fn job(
+    config: RunConfig,
+    out: &Path,
+    checkpoint: &Checkpoint,
+    stop: &Stop,
+) -> anyhow::Result<Report> {
     let model = config.model.build()?;
     let transports = config.transports()?;
     let mut handles = Vec::with_capacity(config.parties.len());
@@ -177,7 +210,7 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
         let handle = GrpcParty::connect(&p.address, token.trim(), tls)
             .await
             .map_err(|e| anyhow::anyhow!("party {}: {e}", p.name))?;
-        handles.push((p.name.clone(), handle));
+        handles.push((p.name.clone(), checkpoint.party(&p.name, handle)?));
     }
     let s = &config.sampler;
     let hmc = HmcOptions {
@@ -225,23 +258,20 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
             "init = \"truth-jitter\" is a simulation protocol: a run has no true θ; use \"private\" or a point"
         ),
     };
+    let comments = vec![(
+        "model_spec".to_string(),
+        serde_json::to_string(&config.model)?,
+    )];
     let result = job::run(
         Arc::new(Federation::new(handles)),
         Arc::clone(&model),
         &settings,
         start,
-        &out,
+        out,
+        comments,
         crate::progress::for_terminal,
         stop,
     )
     .await?;
-    let mut comments = vec![
-        (
-            "model_spec".to_string(),
-            serde_json::to_string(&config.model)?,
-        ),
-        ("init".to_string(), result.inits.label.clone()),
-    ];
-    comments.extend(output::job_comments(&result));
-    output::finish(&out, model.name(), &result, &comments, None)
+    output::finish(out, model.name(), &result, None)
 }

@@ -130,16 +130,20 @@ impl ChainTrace {
     }
 }
 
-/// Called after every step of every chain (progress display).
+/// Sees each chain's trace after every one of its iterations: the progress display, and the
+/// draw files written as the chains go. An error (a draw file that cannot be written) stops
+/// every chain: draws that cannot be kept must not be paid for.
 pub trait Progress: Send + Sync {
-    fn step(&self, chain: u32, step: u64);
+    fn step(&self, trace: &ChainTrace) -> anyhow::Result<()>;
 }
 
 /// No progress display.
 pub struct Quiet;
 
 impl Progress for Quiet {
-    fn step(&self, _: u32, _: u64) {}
+    fn step(&self, _: &ChainTrace) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +156,10 @@ pub enum SampleError {
     },
     #[error("{0}")]
     Config(String),
+    #[error("chain {chain} was cancelled: the program is shutting down")]
+    Cancelled { chain: u32 },
+    #[error("chain {chain}: {source:#}")]
+    Output { chain: u32, source: anyhow::Error },
 }
 
 /// When every chain should end early: the caller's [`Stop`], or a failed chain (the others
@@ -218,7 +226,10 @@ async fn run_chain<P: PartyHandle, K: Kernel>(
         trace.accepted.push(transition.accepted);
         trace.noise_variance.push(transition.noise_variance);
         trace.scale.push(kernel.scale());
-        progress.step(chain, iteration);
+        progress.step(&trace).map_err(|source| {
+            halt.failed.store(true, Ordering::SeqCst);
+            SampleError::Output { chain, source }
+        })?;
     }
     Ok(trace)
 }
@@ -312,8 +323,15 @@ pub async fn sample<P: PartyHandle>(
         }
     };
     let mut traces = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        traces.push(task.await.expect("chain task panicked"));
+    for (chain, task) in tasks.into_iter().enumerate() {
+        traces.push(match task.await {
+            Ok(trace) => trace,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is shutting down under us: nothing will read the result.
+            Err(_) => Err(SampleError::Cancelled {
+                chain: chain as u32,
+            }),
+        });
     }
     traces.into_iter().collect()
 }

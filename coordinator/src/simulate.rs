@@ -14,9 +14,10 @@ use fedmcmc_party::tls;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::checkpoint::Checkpoint;
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
 use crate::initialiser::{self, InitChoice, InitialiserSettings};
@@ -26,7 +27,7 @@ use crate::output::{self, Report, summary::ExactReference};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
 /// Model presets selectable by name (Räisä 2020, Table 5.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
     /// Flat banana: a = 20, σ1² = 20, σ2² = 2.5, σ0² = 1000, θ = (0, 3, 0, …).
@@ -51,7 +52,9 @@ impl Preset {
     fn spec(self, dim: Option<usize>, rows: usize) -> anyhow::Result<ModelSpec> {
         let two_d = |name: &str| match dim {
             None | Some(2) => Ok(()),
-            Some(d) => Err(anyhow::anyhow!("the {name} preset is two-dimensional, not {d}")),
+            Some(d) => Err(anyhow::anyhow!(
+                "the {name} preset is two-dimensional, not {d}"
+            )),
         };
         let d = dim.unwrap_or(2);
         Ok(match self {
@@ -83,9 +86,14 @@ impl Preset {
 }
 
 /// Flags; each may also come from `--config FILE` (a flag given on the command line wins).
-#[derive(Args, Debug, Default, Clone, Deserialize)]
+#[derive(Args, Debug, Default, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimulateArgs {
+    /// Carry on the simulation in DIR whose coordinator was killed, with the settings it
+    /// started with (give no other flag).
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub resume: Option<PathBuf>,
     /// TOML file with any of these settings (keys as the flags, with `_` for `-`); a `[model]`
     /// table may give a full model specification instead of a preset.
     #[arg(long)]
@@ -189,6 +197,7 @@ pub struct SimulateArgs {
 /// `--flag` values override the config file's.
 fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
     SimulateArgs {
+        resume: None,
         config: flags.config,
         model: flags.model.or(file.model),
         dim: flags.dim.or(file.dim),
@@ -235,6 +244,8 @@ pub struct Simulation {
     pub out: PathBuf,
     /// Plaintext instead of mutual TLS.
     pub insecure: bool,
+    /// The settings, every one given, as the checkpoint keeps them for `--resume`.
+    pub settings: SimulateArgs,
 }
 
 impl Simulation {
@@ -250,6 +261,20 @@ impl Simulation {
             }
             None => args,
         };
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}")));
+        // What `--resume` reads back: every setting, none left to a file or the clock.
+        let settings = SimulateArgs {
+            config: None,
+            resume: None,
+            out: Some(out.clone()),
+            ..args.clone()
+        };
         let rows = args.rows.unwrap_or(100_000);
         let parties = args.parties.unwrap_or(3);
         if parties == 0 || rows < parties {
@@ -261,9 +286,6 @@ impl Simulation {
             (None, Some(spec)) => spec,
             (preset, _) => preset.unwrap_or(Preset::Banana).spec(args.dim, rows)?,
         };
-        let seconds = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let iterations = args.iterations;
         let variant = Variant::new(
             args.variant.unwrap_or(VariantName::Penalty),
@@ -318,10 +340,9 @@ impl Simulation {
             },
             init: args.init.unwrap_or(InitChoice::Private),
             initialiser,
-            out: args
-                .out
-                .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}"))),
+            out,
             insecure: args.insecure.unwrap_or(false),
+            settings,
         })
     }
 }
@@ -416,21 +437,19 @@ fn write_party_dir(
 async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
     let opened = fedmcmc_party::open(config)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let address = format!("{scheme}://{}", listener.local_addr()?);
     let (stop, stopped) = oneshot::channel::<()>();
     let token = opened.token.clone();
     let tls = config.tls.clone();
     let task = tokio::spawn(async move {
-        fedmcmc_party::service::serve(
-            opened.node,
-            &opened.token,
-            tls.as_ref(),
-            listener,
-            async {
-                let _ = stopped.await;
-            },
-        )
+        fedmcmc_party::service::serve(opened.node, &opened.token, tls.as_ref(), listener, async {
+            let _ = stopped.await;
+        })
         .await
     });
     Ok(ServedParty {
@@ -484,17 +503,50 @@ fn pooled_draws(job: &job::JobResult, max: usize) -> Vec<Vec<f64>> {
     all.into_iter().step_by(stride).collect()
 }
 
-/// Runs the whole simulation until it ends or `stop` is requested, and reports it.
+/// The command's name, as the checkpoint records it.
+const COMMAND: &str = "simulate";
+
+/// Runs the whole simulation until it ends or `stop` is requested, and reports it. It keeps
+/// a checkpoint in its output directory, so that [`resume`] can carry it on if the process
+/// is killed.
 pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
+    if sim.out.join("parties").exists() {
+        anyhow::bail!(
+            "{} already holds a simulation; choose another --out",
+            sim.out.display()
+        );
+    }
+    let checkpoint = Checkpoint::start(&sim.out, COMMAND, &sim.settings)?;
+    let outcome = federate(&sim, &checkpoint, true, stop).await;
+    checkpoint.end(&outcome)?;
+    outcome
+}
+
+/// Carries on the simulation in `out`, whose process was killed: the parties are served
+/// again from their directories (their ledgers hold their open runs) and the job retraces
+/// its steps, then goes on.
+pub async fn resume(out: &Path, stop: &Stop) -> anyhow::Result<Report> {
+    let (checkpoint, settings) = Checkpoint::resume::<SimulateArgs>(out, COMMAND)?;
+    let sim = Simulation::from_args(SimulateArgs {
+        out: Some(out.to_path_buf()),
+        ..settings
+    })?;
+    let outcome = federate(&sim, &checkpoint, false, stop).await;
+    checkpoint.end(&outcome)?;
+    outcome
+}
+
+/// The simulation's data (from its seed, so a resumed one has the same), its parties'
+/// directories written if `new` (else read back), the parties served and sampled.
+async fn federate(
+    sim: &Simulation,
+    checkpoint: &Checkpoint,
+    new: bool,
+    stop: &Stop,
+) -> anyhow::Result<Report> {
     let model = sim.spec.build()?;
     let truth = sim.spec.true_theta();
     let out = &sim.out;
-    if out.join("parties").exists() {
-        anyhow::bail!(
-            "{} already holds a simulation; choose another --out",
-            out.display()
-        );
-    }
     let data = model.simulate(&truth, sim.rows, &mut stream(sim.job.seed, DATA_STREAM));
     let exact = model
         .exact_posterior(&data)
@@ -505,7 +557,7 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     let ca = out.join("tls");
     if sim.insecure {
         tracing::warn!("INSECURE: the simulated federation talks plaintext gRPC (--insecure)");
-    } else {
+    } else if new {
         let mut all = names.clone();
         all.push(COORDINATOR.to_string());
         tls::issue(&ca, &all)?;
@@ -514,7 +566,12 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
     let mut served = Vec::with_capacity(sim.parties);
     for (i, (rows, name)) in data.split(sim.parties).iter().zip(&names).enumerate() {
         let dir = out.join("parties").join(name);
-        let config = write_party_dir(&dir, name, i, rows, &sim, &new_token()?, ca)?;
+        let config = if new {
+            write_party_dir(&dir, name, i, rows, sim, &new_token()?, ca)?
+        } else {
+            let path = dir.join("party.toml");
+            PartyConfig::load(&path).map_err(|e| anyhow::anyhow!("party {name}: {e}"))?
+        };
         served.push(serve_party(&config).await?);
     }
     let mut handles = Vec::with_capacity(served.len());
@@ -524,10 +581,8 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
             Some(ca) => Some(tls::files_for(ca, COORDINATOR).client(&p.name)?),
             None => None,
         };
-        handles.push((
-            p.name.clone(),
-            GrpcParty::connect(&p.address, &p.token, tls).await?,
-        ));
+        let handle = GrpcParty::connect(&p.address, &p.token, tls).await?;
+        handles.push((p.name.clone(), checkpoint.party(&p.name, handle)?));
     }
     let federation = Arc::new(Federation::new(handles));
 
@@ -547,12 +602,22 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
             label: "truth-jitter, the thesis's protocol for simulations: true θ + N(0, 1)·(mean exact posterior sd) per chain (uses the known truth)".into(),
         }),
     };
+    let comments = vec![
+        ("model_spec".to_string(), serde_json::to_string(&sim.spec)?),
+        ("rows".to_string(), sim.rows.to_string()),
+        ("parties".to_string(), sim.parties.to_string()),
+        ("epsilon".to_string(), sim.epsilon.to_string()),
+        ("delta".to_string(), sim.delta.to_string()),
+        ("seed".to_string(), sim.job.seed.to_string()),
+        ("data_seed_stream".to_string(), DATA_STREAM.to_string()),
+    ];
     let result = job::run(
         Arc::clone(&federation),
         Arc::clone(&model),
         &sim.job,
         start,
         out,
+        comments,
         crate::progress::for_terminal,
         stop,
     )
@@ -591,16 +656,5 @@ pub async fn simulate(sim: Simulation, stop: &Stop) -> anyhow::Result<Report> {
         draws: reference,
     };
 
-    let mut comments = vec![
-        ("model_spec".to_string(), serde_json::to_string(&sim.spec)?),
-        ("rows".to_string(), sim.rows.to_string()),
-        ("parties".to_string(), sim.parties.to_string()),
-        ("epsilon".to_string(), sim.epsilon.to_string()),
-        ("delta".to_string(), sim.delta.to_string()),
-        ("seed".to_string(), sim.job.seed.to_string()),
-        ("data_seed_stream".to_string(), DATA_STREAM.to_string()),
-        ("init".to_string(), result.inits.label.clone()),
-    ];
-    comments.extend(output::job_comments(&result));
-    output::finish(out, model.name(), &result, &comments, Some(&reference))
+    output::finish(out, model.name(), &result, Some(&reference))
 }

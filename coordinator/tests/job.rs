@@ -16,7 +16,7 @@ use fedmcmc_coordinator::initialiser::InitialiserSettings;
 use fedmcmc_coordinator::interrupt::{Signal, Stop};
 use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings, Start};
 use fedmcmc_coordinator::output;
-use fedmcmc_coordinator::sampler::{Progress, Quiet};
+use fedmcmc_coordinator::sampler::{ChainTrace, Progress, Quiet};
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::config::BudgetConfig;
 use rand::SeedableRng;
@@ -146,6 +146,7 @@ impl Setup {
             settings,
             inits,
             out,
+            Vec::new(),
             move |_, _| progress,
             stop,
         )
@@ -249,13 +250,14 @@ struct StopAt {
 }
 
 impl Progress for StopAt {
-    fn step(&self, chain: u32, step: u64) {
+    fn step(&self, trace: &ChainTrace) -> anyhow::Result<()> {
         let mut steps = self.steps.lock().unwrap();
-        steps[chain as usize] = step + 1;
+        steps[trace.chain as usize] = trace.steps() as u64;
         let reached = |&n: &u64| n >= self.at;
         if (self.all && steps.iter().all(reached)) || (!self.all && steps.iter().any(reached)) {
             self.stop.request(Signal::Interrupt);
         }
+        Ok(())
     }
 }
 
@@ -290,14 +292,7 @@ async fn stopped(
         assert_eq!(d.open_runs, 0);
         assert_eq!(d.epsilon_committed, closed.epsilon_committed);
     }
-    let report = output::finish(
-        out.path(),
-        "banana",
-        &job,
-        &output::job_comments(&job),
-        None,
-    )
-    .unwrap();
+    let report = output::finish(out.path(), "banana", &job, None).unwrap();
     assert_eq!(report.partial.map(|p| p.signal), Some(Signal::Interrupt));
     assert!(report.table.starts_with("PARTIAL: stopped by SIGINT"));
     let line = report.interrupted_line(Signal::Interrupt);

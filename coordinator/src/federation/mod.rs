@@ -11,9 +11,10 @@ use futures::future::{join_all, try_join_all};
 
 pub mod grpc;
 pub mod local;
+pub mod recorded;
 
 /// What a party tells about itself (DESIGN §2 `Describe`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PartyInfo {
     pub name: String,
     pub model: String,
@@ -61,7 +62,7 @@ pub use fedmcmc_party::statistics::Query;
 
 /// One party's release for one step, or the federation's sum of them: a vector (its length
 /// fixed by the query) and the variance of the Gaussian noise in each entry.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Contribution {
     pub value: Vec<f64>,
     pub noise_variance: f64,

@@ -17,7 +17,7 @@
 //! Our own sampler columns stay: `accept_stat__`, `stepsize__`, `accepted__`, `noise_var__`.
 //! With fewer than seven `__` columns cmdstanpy asks for no NUTS metric or tree depth.
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::sampler::ChainTrace;
 
@@ -42,17 +42,69 @@ pub const SAMPLER_COLUMNS: [(&str, &str); 5] = [
     ),
 ];
 
-/// The `key = value` lines Stan's readers need, for a chain of `trace`.
-fn stan_config(model: &str, algorithm: &str, trace: &ChainTrace) -> [(&'static str, String); 7] {
-    [
-        ("model", model.to_string()),
-        ("method", "sample".to_string()),
-        ("algorithm", algorithm.to_string()),
-        ("num_samples", trace.draws().to_string()),
-        ("num_warmup", trace.warmup.to_string()),
-        ("save_warmup", "0".to_string()),
-        ("thin", "1".to_string()),
-    ]
+/// What a chain's file says before its draws: Stan's configuration lines, ours, the
+/// column meanings and the header row.
+pub struct Header<'a> {
+    pub model: &'a str,
+    /// The variant's name, as Stan's `algorithm`.
+    pub algorithm: &'a str,
+    /// `key = value` lines: configuration, seeds, grants.
+    pub comments: &'a [(String, String)],
+    pub chain: u32,
+    pub seed: u64,
+    pub dim: usize,
+    pub warmup: u64,
+    /// Post-warm-up draws the file will hold.
+    pub draws: u64,
+}
+
+impl Header<'_> {
+    /// For a chain of `trace` holding all its draws.
+    pub fn of<'a>(
+        trace: &ChainTrace,
+        model: &'a str,
+        algorithm: &'a str,
+        comments: &'a [(String, String)],
+    ) -> Header<'a> {
+        Header {
+            model,
+            algorithm,
+            comments,
+            chain: trace.chain,
+            seed: trace.seed,
+            dim: trace.dim,
+            warmup: trace.warmup,
+            draws: trace.draws() as u64,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::from("# fedmcmc draws in the Stan CSV layout (post-warm-up only)\n");
+        let stan = [
+            ("model", self.model.to_string()),
+            ("method", "sample".to_string()),
+            ("algorithm", self.algorithm.to_string()),
+            ("num_samples", self.draws.to_string()),
+            ("num_warmup", self.warmup.to_string()),
+            ("save_warmup", "0".to_string()),
+            ("thin", "1".to_string()),
+        ];
+        for (k, v) in stan
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .chain(self.comments.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
+            out += &format!("# {k} = {v}\n");
+        }
+        out += &format!("# chain_id = {}\n", self.chain + 1);
+        out += &format!("# chain_seed = {}\n", self.seed);
+        for (name, meaning) in SAMPLER_COLUMNS {
+            out += &format!("# column {name}: {meaning}\n");
+        }
+        let mut header: Vec<String> = SAMPLER_COLUMNS.iter().map(|(s, _)| s.to_string()).collect();
+        header.extend((1..=self.dim).map(|j| format!("theta.{j}")));
+        out + &header.join(",") + "\n"
+    }
 }
 
 /// `x` to the last digit (it reads back as the same double), in exponent form when very
@@ -66,57 +118,125 @@ fn number(x: f64) -> String {
     }
 }
 
-/// Writes one chain of `model`, sampled by `algorithm` (the variant's name). `comments` are
-/// `key = value` lines for the header (configuration, seeds, grants).
-pub fn write_chain(
-    path: &Path,
-    trace: &ChainTrace,
-    model: &str,
-    algorithm: &str,
-    comments: &[(String, String)],
-) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    writeln!(
-        out,
-        "# fedmcmc draws in the Stan CSV layout (post-warm-up only)"
-    )?;
-    for (k, v) in stan_config(model, algorithm, trace) {
-        writeln!(out, "# {k} = {v}")?;
+/// The lines step `i` of `trace` adds to its file: nothing in warm-up; the adaptation block
+/// before the first draw; then one row per draw.
+fn lines_of_step(trace: &ChainTrace, i: usize) -> String {
+    if (i as u64) < trace.warmup {
+        return String::new();
     }
-    for (k, v) in comments {
-        writeln!(out, "# {k} = {v}")?;
+    let mut out = String::new();
+    if i as u64 == trace.warmup {
+        out += "# Adaptation terminated\n";
+        out += &format!("# Step size = {}\n", number(trace.scale[i]));
     }
-    writeln!(out, "# chain_id = {}", trace.chain + 1)?;
-    writeln!(out, "# chain_seed = {}", trace.seed)?;
-    for (name, meaning) in SAMPLER_COLUMNS {
-        writeln!(out, "# column {name}: {meaning}")?;
+    out += &format!(
+        "0,{},{},{},{}",
+        number(trace.accept_stat[i]),
+        number(trace.scale[i]),
+        u8::from(trace.accepted[i]),
+        number(trace.noise_variance[i])
+    );
+    for &v in trace.draw(i) {
+        out += &format!(",{}", number(v));
     }
-    let mut header: Vec<String> = SAMPLER_COLUMNS.iter().map(|(s, _)| s.to_string()).collect();
-    header.extend((1..=trace.dim).map(|j| format!("theta.{j}")));
-    writeln!(out, "{}", header.join(","))?;
-    let kept = trace.kept();
-    if let Some(&scale) = trace.scale.get(kept.start) {
-        writeln!(out, "# Adaptation terminated")?;
-        writeln!(out, "# Step size = {}", number(scale))?;
+    out + "\n"
+}
+
+/// Writes one whole chain of `trace` under `header` (its draws, then the closing block),
+/// through a temporary file renamed into place: a reader, or a run killed meanwhile, sees
+/// the old file or the new one, never half of either.
+pub fn write_chain(path: &Path, trace: &ChainTrace, header: &Header) -> std::io::Result<()> {
+    let mut text = header.text();
+    for i in trace.kept() {
+        text += &lines_of_step(trace, i);
     }
-    let draws = kept.len();
-    for i in kept {
-        write!(
-            out,
-            "0,{},{},{},{}",
-            number(trace.accept_stat[i]),
-            number(trace.scale[i]),
-            u8::from(trace.accepted[i]),
-            number(trace.noise_variance[i])
-        )?;
-        for &v in trace.draw(i) {
-            write!(out, ",{}", number(v))?;
+    text += &format!("#\n# {} draws written\n", trace.draws());
+    let partial = path.with_extension("csv.partial");
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_data()?;
+    std::fs::rename(&partial, path)
+}
+
+/// A chain's file written as the chain goes, one write per draw, so that a coordinator killed
+/// mid-run leaves every draw made so far on disk. A resumed run's chain retraces its steps
+/// (`federation/recorded.rs`): the file it finds is kept, each retraced line is checked
+/// against the one already there, and only new lines are added.
+pub struct DrawFile {
+    path: PathBuf,
+    file: std::fs::File,
+    /// Lines after the header already in the file, and how many of them the chain has
+    /// retraced.
+    found: Vec<String>,
+    retraced: usize,
+}
+
+impl DrawFile {
+    /// Starts the file at `path` with `header`, or takes up the one there, which must start
+    /// with the same header; a last line cut short (by a kill) is dropped.
+    pub fn open(path: &Path, header: &Header) -> anyhow::Result<Self> {
+        let header = header.text();
+        let shown = path.display();
+        let found = match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let Some(rest) = text.strip_prefix(&header) else {
+                    anyhow::bail!(
+                        "{shown} was written by another run (its header differs from this run's)"
+                    );
+                };
+                let complete = rest.rfind('\n').map_or(0, |end| end + 1);
+                let file = std::fs::OpenOptions::new().write(true).open(path)?;
+                file.set_len((header.len() + complete) as u64)?;
+                rest[..complete].lines().map(str::to_string).collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::write(path, &header)
+                    .map_err(|e| anyhow::anyhow!("cannot write {shown}: {e}"))?;
+                Vec::new()
+            }
+            Err(e) => anyhow::bail!("cannot read {shown}: {e}"),
+        };
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("cannot write {shown}: {e}"))?;
+        Ok(DrawFile {
+            path: path.to_path_buf(),
+            file,
+            found,
+            retraced: 0,
+        })
+    }
+
+    /// Adds the lines of the chain's latest step: checked against the file's where the file
+    /// has them already, appended where it does not.
+    pub fn record(&mut self, trace: &ChainTrace) -> anyhow::Result<()> {
+        let Some(i) = trace.steps().checked_sub(1) else {
+            return Ok(());
+        };
+        let lines = lines_of_step(trace, i);
+        let mut new = String::new();
+        for line in lines.lines() {
+            match self.found.get(self.retraced) {
+                Some(old) if old == line => self.retraced += 1,
+                Some(old) => anyhow::bail!(
+                    "{}: the resumed chain's step {} reads {line:?}, not {old:?} as written before: the run cannot be retraced",
+                    self.path.display(),
+                    i + 1
+                ),
+                None => {
+                    new += line;
+                    new.push('\n');
+                }
+            }
         }
-        writeln!(out)?;
+        if !new.is_empty() {
+            self.file
+                .write_all(new.as_bytes())
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", self.path.display()))?;
+        }
+        Ok(())
     }
-    writeln!(out, "#")?;
-    writeln!(out, "# {draws} draws written")?;
-    out.flush()
 }
 
 #[cfg(test)]
@@ -158,7 +278,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("chain.csv");
         let comments = [("variant".into(), "DP penalty".into())];
-        write_chain(&path, &trace, "banana", "penalty", &comments).unwrap();
+        write_chain(
+            &path,
+            &trace,
+            &Header::of(&trace, "banana", "penalty", &comments),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let header = lines.iter().position(|l| !l.starts_with('#')).unwrap();
@@ -190,5 +315,84 @@ mod tests {
             assert!(lines[..header].contains(&line), "no {line:?} in\n{text}");
         }
         assert!(text.contains("# column lp__: not computed, written as 0"));
+    }
+
+    /// A chain of `steps` steps (warm-up 2) whose θ is (step, −step).
+    fn trace(steps: usize) -> ChainTrace {
+        let mut t = ChainTrace {
+            chain: 0,
+            seed: 7,
+            dim: 2,
+            warmup: 2,
+            theta: Vec::new(),
+            accept_stat: Vec::new(),
+            accepted: Vec::new(),
+            noise_variance: Vec::new(),
+            scale: Vec::new(),
+        };
+        for i in 0..steps {
+            t.theta.extend([i as f64, -(i as f64)]);
+            t.accept_stat.push(0.5);
+            t.accepted.push(i % 2 == 0);
+            t.noise_variance.push(1.5);
+            t.scale.push(0.1);
+        }
+        t
+    }
+
+    /// Feeds steps `from..to` of `full` to `file`, as the sampler does after each step.
+    fn feed(file: &mut DrawFile, full: &ChainTrace, from: usize, to: usize) -> anyhow::Result<()> {
+        for n in from + 1..=to {
+            let mut t = full.clone();
+            t.theta.truncate(n * 2);
+            t.accept_stat.truncate(n);
+            t.accepted.truncate(n);
+            t.noise_variance.truncate(n);
+            t.scale.truncate(n);
+            file.record(&t)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_written_as_the_chain_goes_is_taken_up_checked_and_finished_like_a_whole_one() {
+        let full = trace(10);
+        let comments = [("variant".into(), "DP penalty".into())];
+        let header = Header::of(&full, "banana", "penalty", &comments);
+        let dir = tempfile::tempdir().unwrap();
+        let (streamed, whole) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+        let mut file = DrawFile::open(&streamed, &header).unwrap();
+        feed(&mut file, &full, 0, 6).unwrap();
+        drop(file);
+        let before = std::fs::read_to_string(&streamed).unwrap();
+        // A kill in the middle of a line leaves it cut short.
+        std::fs::write(&streamed, format!("{before}0,0.5,0.1,1")).unwrap();
+
+        // The resumed chain retraces steps 0..6, then goes on.
+        let mut file = DrawFile::open(&streamed, &header).unwrap();
+        feed(&mut file, &full, 0, 10).unwrap();
+        drop(file);
+        let after = std::fs::read_to_string(&streamed).unwrap();
+        assert!(
+            after.starts_with(&before),
+            "the draws written before are unchanged"
+        );
+        write_chain(&whole, &full, &header).unwrap();
+        let whole = std::fs::read_to_string(&whole).unwrap();
+        assert_eq!(whole, format!("{after}#\n# 8 draws written\n"));
+
+        // A chain that retraces differently, or a file of another run, is refused.
+        let mut other = full.clone();
+        other.theta[8] = 99.0;
+        let mut file = DrawFile::open(&streamed, &header).unwrap();
+        let err = feed(&mut file, &other, 0, 10).unwrap_err().to_string();
+        assert!(err.contains("cannot be retraced"), "{err}");
+        let comments = [("variant".into(), "DP Barker".into())];
+        let header = Header::of(&full, "banana", "barker", &comments);
+        let err = DrawFile::open(&streamed, &header)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("written by another run"), "{err}");
     }
 }

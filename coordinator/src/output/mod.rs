@@ -1,15 +1,21 @@
 //! What a job leaves in `--out DIR`: `chain-<c>.csv` per chain (Stan CSV layout),
 //! `summary.json`, trace and pair plots; and the table printed on stdout. A job cut short by
-//! a signal writes the same files through the same code, marked partial.
+//! a signal writes the same files through the same code, marked partial. The chain files
+//! are written as the chains go, so a run killed outright keeps its draws so far.
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fedmcmc_common::models::Model;
+
+use crate::federation::{Grant, PartyInfo, RunPlan};
+use crate::interrupt::Signal;
+use crate::job::JobResult;
+use crate::sampler::{ChainTrace, Progress, SamplerConfig, chain_seed};
+use summary::ExactReference;
 
 pub mod draws_csv;
 pub mod plots;
 pub mod summary;
-
-use crate::interrupt::Signal;
-use crate::job::JobResult;
-use summary::ExactReference;
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
@@ -71,18 +77,28 @@ impl Report {
     }
 }
 
-/// Writes every output file into `dir` (created if missing) and reports the job.
+/// Writes every output file into `dir` (created if missing) and reports the job. The chain
+/// files, written as the chains went ([`LiveDraws`]), are rewritten whole with their closing
+/// block, and a stopped job's marked partial.
 pub fn finish(
     dir: &Path,
     model: &str,
     job: &JobResult,
-    comments: &[(String, String)],
     exact: Option<&ExactReference>,
 ) -> anyhow::Result<Report> {
     create_dir(dir)?;
+    let mut comments = job.comments.clone();
+    if let Some(signal) = job.interrupted {
+        let (fewest, most) = job.steps_range();
+        comments.push((
+            "partial".to_string(),
+            format!("stopped by {signal} after {fewest} to {most} iterations per chain"),
+        ));
+    }
     for t in &job.traces {
-        let path = dir.join(format!("chain-{}.csv", t.chain + 1));
-        draws_csv::write_chain(&path, t, model, job.sampler.variant.name(), comments)
+        let path = chain_file(dir, t.chain);
+        let header = draws_csv::Header::of(t, model, job.sampler.variant.name(), &comments);
+        draws_csv::write_chain(&path, t, &header)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     let title = format!("{model}, {}", job.sampler.variant.name());
@@ -108,9 +124,18 @@ pub fn finish(
     })
 }
 
+/// Where chain `chain` (from 0) keeps its draws.
+fn chain_file(dir: &Path, chain: u32) -> PathBuf {
+    dir.join(format!("chain-{}.csv", chain + 1))
+}
+
 /// Header lines every job's CSV carries: the sampler configuration and the grants.
-pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
-    let s = &result.sampler;
+pub fn job_comments(
+    s: &SamplerConfig,
+    parties: &[PartyInfo],
+    grants: &[Grant],
+    plans: &[RunPlan],
+) -> Vec<(String, String)> {
     let mut c = vec![
         ("variant".to_string(), s.variant.describe()),
         ("chains".to_string(), s.chains.to_string()),
@@ -121,14 +146,7 @@ pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
         ("target_accept".to_string(), s.target_accept.to_string()),
         ("base_seed".to_string(), s.seed.to_string()),
     ];
-    if let Some(signal) = result.interrupted {
-        let (fewest, most) = result.steps_range();
-        c.push((
-            "partial".to_string(),
-            format!("stopped by {signal} after {fewest} to {most} iterations per chain"),
-        ));
-    }
-    for ((p, g), plan) in result.parties.iter().zip(&result.grants).zip(&result.plans) {
+    for ((p, g), plan) in parties.iter().zip(grants).zip(plans) {
         let mut line = format!(
             "rows={} tau={} noise_multiplier={} releases={}",
             p.rows, g.tau, g.noise_multiplier, g.releases
@@ -142,4 +160,50 @@ pub fn job_comments(result: &JobResult) -> Vec<(String, String)> {
         c.push((format!("party.{}", p.name), line));
     }
     c
+}
+
+/// The progress display, and every chain's draws written to its file as they come
+/// ([`draws_csv::DrawFile`]).
+pub struct LiveDraws {
+    display: Arc<dyn Progress>,
+    files: Vec<Mutex<draws_csv::DrawFile>>,
+}
+
+impl LiveDraws {
+    /// Starts (or, for a resumed run, takes up) each chain's file in `dir`, with the header
+    /// `comments` that [`finish`] will keep.
+    pub fn open(
+        dir: &Path,
+        model: &dyn Model,
+        config: &SamplerConfig,
+        comments: &[(String, String)],
+        display: Arc<dyn Progress>,
+    ) -> anyhow::Result<Self> {
+        let files = (0..config.chains)
+            .map(|chain| {
+                let header = draws_csv::Header {
+                    model: model.name(),
+                    algorithm: config.variant.name(),
+                    comments,
+                    chain,
+                    seed: chain_seed(config.seed, chain),
+                    dim: model.dim(),
+                    warmup: config.warmup,
+                    draws: config.iterations - config.warmup,
+                };
+                draws_csv::DrawFile::open(&chain_file(dir, chain), &header).map(Mutex::new)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(LiveDraws { display, files })
+    }
+}
+
+impl Progress for LiveDraws {
+    fn step(&self, trace: &ChainTrace) -> anyhow::Result<()> {
+        self.files[trace.chain as usize]
+            .lock()
+            .expect("draw file lock")
+            .record(trace)?;
+        self.display.step(trace)
+    }
 }

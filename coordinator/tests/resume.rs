@@ -1,0 +1,250 @@
+//! A job whose coordinator dies at random points (its task dropped mid-step, as a killed
+//! process's would be) and is resumed from its checkpoint each time ends with exactly the
+//! draws of the same job run straight through, and every party charged each step once.
+//! The parties' noise is seeded per (chain, step), so the two runs can be compared bit for
+//! bit; the private initialiser runs first, so its retracing is tested too.
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_coordinator::checkpoint::Checkpoint;
+use fedmcmc_coordinator::federation::local::nodes;
+use fedmcmc_coordinator::federation::recorded::Recorded;
+use fedmcmc_coordinator::federation::{
+    CallError, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo, Query, RunPlan,
+};
+use fedmcmc_coordinator::initialiser::InitialiserSettings;
+use fedmcmc_coordinator::interrupt::Stop;
+use fedmcmc_coordinator::job::{self, JobResult, JobSettings, Start};
+use fedmcmc_coordinator::sampler::Quiet;
+use fedmcmc_coordinator::variant::Variant;
+use fedmcmc_party::PartyNode;
+use fedmcmc_party::config::BudgetConfig;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const CHAINS: u32 = 2;
+const ITERATIONS: u64 = 3000;
+const ABORTS: usize = 20;
+
+/// Two parties of 300 flat-banana rows each with seeded noise.
+fn parties(model: &ModelSpec) -> Vec<(String, Arc<PartyNode>)> {
+    let data = model.build().unwrap().simulate(
+        &model.true_theta(),
+        600,
+        &mut ChaCha8Rng::seed_from_u64(1),
+    );
+    let budget = BudgetConfig {
+        epsilon: 1000.0,
+        delta: 1e-5,
+        accountant: Default::default(),
+    };
+    nodes(model, data.split(2), budget, None)
+        .unwrap()
+        .into_iter()
+        .zip(0..)
+        .map(|((name, node), i)| {
+            let node = Arc::into_inner(node).expect("a fresh node has one owner");
+            (name, Arc::new(node.with_seeded_noise(40 + i)))
+        })
+        .collect()
+}
+
+fn settings() -> JobSettings {
+    JobSettings {
+        variant: Variant::Penalty,
+        chains: CHAINS,
+        iterations: Some(ITERATIONS),
+        tau: Some(1.0),
+        warmup: Some(500),
+        clip: 2.0,
+        proposal_sd: 0.05,
+        adapt: true,
+        target_accept: 0.25,
+        seed: 3,
+    }
+}
+
+fn start() -> Start {
+    Start::Private(InitialiserSettings {
+        share: 0.1,
+        steps: 40,
+        gradient_clip: 2.0,
+    })
+}
+
+async fn job<P: PartyHandle>(
+    federation: Federation<P>,
+    model: &Arc<dyn Model>,
+    out: &Path,
+) -> anyhow::Result<JobResult> {
+    job::run(
+        Arc::new(federation),
+        Arc::clone(model),
+        &settings(),
+        start(),
+        out,
+        Vec::new(),
+        |_, _| Arc::new(Quiet),
+        &Stop::new(),
+    )
+    .await
+}
+
+/// A party handle that, once `dead` is set, never answers again: the job stops where it
+/// is, as a killed coordinator does, and does nothing on the way out (a dropped runtime would
+/// wake some of its tasks first, which then close runs as after an error).
+struct Killable<P> {
+    inner: P,
+    dead: Arc<AtomicBool>,
+}
+
+impl<P: PartyHandle> Killable<P> {
+    async fn unless_dead<T>(&self, call: impl Future<Output = T>) -> T {
+        if !self.dead.load(Ordering::SeqCst) {
+            let answer = call.await;
+            if !self.dead.load(Ordering::SeqCst) {
+                return answer;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+impl<P: PartyHandle> PartyHandle for Killable<P> {
+    async fn describe(&self) -> Result<PartyInfo, CallError> {
+        self.unless_dead(self.inner.describe()).await
+    }
+    async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
+        self.unless_dead(self.inner.open_run(plan, fingerprint))
+            .await
+    }
+    async fn step(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
+        self.unless_dead(self.inner.step(run_id, chain, step, query))
+            .await
+    }
+    async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        self.unless_dead(self.inner.close_run(run_id)).await
+    }
+}
+
+/// The federation of `nodes`, its replies kept in (and replayed from) `checkpoint`, dead
+/// once `dead` is set.
+fn recorded(
+    checkpoint: &Checkpoint,
+    nodes: &[(String, Arc<PartyNode>)],
+    dead: &Arc<AtomicBool>,
+) -> Federation<Killable<Recorded<Arc<PartyNode>>>> {
+    Federation::new(
+        nodes
+            .iter()
+            .map(|(name, node)| {
+                let inner = checkpoint.party(name, Arc::clone(node)).unwrap();
+                let dead = Arc::clone(dead);
+                (name.clone(), Killable { inner, dead })
+            })
+            .collect(),
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_job_aborted_at_random_points_and_resumed_gives_the_draws_of_one_run_straight_through() {
+    let spec = ModelSpec::flat_banana(2);
+    let model = spec.build().unwrap();
+
+    let straight_dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let straight = runtime()
+        .block_on(job(
+            Federation::new(parties(&spec)),
+            &model,
+            straight_dir.path(),
+        ))
+        .unwrap();
+    // Abort at random within a sixteenth of the job's length, so that the aborts fall all
+    // along it (each attempt retraces what the last one did before it goes on).
+    let slice = (started.elapsed().as_micros() as u64 / 16).max(1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path();
+    let nodes = parties(&spec);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut aborted = 0;
+    for attempt in 0..4 * ABORTS {
+        // Each attempt reads the checkpoint afresh, as a new process would, and runs in a
+        // runtime of its own: dropping it stops every task of the job at once, its chains'
+        // included, as a kill would.
+        let checkpoint = if attempt == 0 {
+            Checkpoint::start(out, "test", &()).unwrap()
+        } else {
+            Checkpoint::resume::<()>(out, "test").unwrap().0
+        };
+        let dead = Arc::new(AtomicBool::new(false));
+        let federation = recorded(&checkpoint, &nodes, &dead);
+        let (model, dir) = (Arc::clone(&model), out.to_path_buf());
+        let runtime = runtime();
+        let task = runtime.spawn(async move { job(federation, &model, &dir).await });
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..slice)));
+        if task.is_finished() {
+            runtime.block_on(task).unwrap().unwrap();
+            break;
+        }
+        dead.store(true, Ordering::SeqCst);
+        drop(runtime);
+        aborted += 1;
+        if aborted == ABORTS {
+            break;
+        }
+    }
+    assert_eq!(aborted, ABORTS, "the job ended after {aborted} aborts");
+    let checkpoint = Checkpoint::resume::<()>(out, "test").unwrap().0;
+    let resumed = runtime()
+        .block_on(job(
+            recorded(&checkpoint, &nodes, &Arc::new(AtomicBool::new(false))),
+            &model,
+            out,
+        ))
+        .unwrap();
+
+    // The same draws, bit for bit, and the same starting points.
+    assert_eq!(resumed.inits, straight.inits);
+    for (r, s) in resumed.traces.iter().zip(&straight.traces) {
+        assert_eq!(r.steps() as u64, ITERATIONS);
+        assert_eq!(r, s, "chain {}", r.chain);
+    }
+    // Each party charged every step once: the sampling run's releases and the ε committed
+    // (initialiser included) equal the straight run's.
+    for ((r, s), (_, node)) in resumed.closed.iter().zip(&straight.closed).zip(&nodes) {
+        assert_eq!(r.releases, u64::from(CHAINS) * ITERATIONS);
+        assert_eq!(r.releases, s.releases);
+        assert_eq!(r.run_epsilon, s.run_epsilon);
+        assert_eq!(
+            PartyNode::describe(node).epsilon_committed,
+            s.epsilon_committed
+        );
+        assert_eq!(PartyNode::describe(node).open_runs, 0);
+    }
+    // The chain files written along the way are the straight run's.
+    for c in 1..=CHAINS {
+        let name = format!("chain-{c}.csv");
+        let a = std::fs::read_to_string(out.join(&name)).unwrap();
+        let b = std::fs::read_to_string(straight_dir.path().join(&name)).unwrap();
+        assert_eq!(a, b, "{name}");
+    }
+}
