@@ -36,6 +36,8 @@ enum Command {
     Simulate(Box<simulate::SimulateArgs>),
     /// Sample against running parties listed in a run config.
     Run {
+        /// The run config (TOML): the model, the sampler, the parties and TLS; see
+        /// docs/deployment.md.
         #[arg(long, required_unless_present = "resume")]
         config: Option<PathBuf>,
         /// Output directory (overrides `out` in the config); it must not hold another run.
