@@ -6,15 +6,17 @@
 //! meaning. Everything after the releases (the ascent's steps, the point, the spread) is
 //! post-processing.
 //!
-//! The ascent takes Barzilai–Borwein steps (Barzilai & Borwein 1988): the step length is
-//! sᵀs/sᵀy from the last move s and the change y in the gradient, an estimate of the
-//! inverse curvature along the way, so it needs no learning rate matched to the
-//! posterior's scale (which nobody may tune on private data), crosses orders of magnitude
-//! of distance in a few steps, and follows narrow curved ridges (the banana's) where
-//! fixed-rate and sign-based ascents stall. Its steps are not monotone, and noise and
-//! clipped (flat) gradients make some of them wild, so the point is not its last iterate but
-//! the mean of the [`BEST`] iterates with the smallest gradient norm: the mode is where the
-//! gradient vanishes, and far from it the clipped gradient saturates at n·b_g.
+//! The ascent has two phases. First a climb by Barzilai–Borwein steps (Barzilai & Borwein
+//! 1988): the step length is sᵀs/sᵀy from the last move s and the change y in the gradient,
+//! an estimate of the inverse curvature along the way, so it needs no learning rate matched
+//! to the posterior's scale (which nobody may tune on private data) and crosses orders of
+//! magnitude of distance in a few steps. Near the mode the released gradient is mostly
+//! noise: sᵀy then carries the noise's share, the steps shrink geometrically and the climb
+//! stalls wherever it is, along a narrow ridge (the banana's) many posterior sds from the
+//! mode. So once the released gradient is within a few noise norms of zero (the noise's
+//! variance is public), the rest of the releases go to Newton rounds on a small design of
+//! points around the current centre (see [`refine`]): each round's averaged gradient and
+//! fitted Hessian point along the ridge as well as across it.
 use std::sync::Arc;
 
 use fedmcmc_common::models::Model;
@@ -27,6 +29,7 @@ use crate::federation::{
     Closed, Federation, Grant, NoiseChoice, PartyHandle, PartyInfo, Query, RunPlan,
 };
 use crate::kernels::ChainLink;
+use nalgebra::{DMatrix, DVector};
 
 /// The share of every party's remaining budget (as the privacy-loss μ of its Gaussian
 /// releases) the initialiser spends when none is given.
@@ -36,9 +39,21 @@ pub const DEFAULT_STEPS: u64 = 100;
 /// The first step's length, relative to max(1, ‖θ₀‖): Barzilai–Borwein steps need one move
 /// to measure the curvature from.
 const FIRST_STEP: f64 = 0.1;
-/// How many of the ascent's iterates (those with the smallest gradient norm) make the point,
-/// and whose spread around it spreads the chains' starts.
-const BEST: usize = 10;
+/// The climb stops once ‖g‖² ≤ NOISE_BALL·σ²·d for the release's noise variance σ² per
+/// entry: within three noise norms of zero, the released gradient no longer says which way
+/// the mode lies.
+const NOISE_BALL: f64 = 9.0;
+/// The largest share of the releases the climb may use; the rest are the Newton rounds'.
+const CLIMB_SHARE: f64 = 0.4;
+/// The design's half-width in fitted posterior sds: at 4 a round's gradient differences
+/// stand out of the noise along the flattest direction near the mode (checked on a model of
+/// the flat banana at n = 10⁵, ε = 4), and the design stays where the log posterior is
+/// close to quadratic.
+const DESIGN_WIDTH: f64 = 4.0;
+/// The smallest trust radius of a Newton step, in design half-widths.
+const TRUST: f64 = 2.0;
+/// The chains' spread around the point, in the fitted posterior sds.
+const SPREAD: f64 = 2.0;
 /// The initialiser's choices.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct InitialiserSettings {
@@ -55,8 +70,8 @@ pub struct Initialised {
     pub settings: InitialiserSettings,
     /// The ascent's estimate of the posterior mode.
     pub point: Vec<f64>,
-    /// Per coordinate, the farthest any of the iterates that made `point` lies from it: how
-    /// widely the chains' starts are spread.
+    /// Per coordinate, how widely the chains' starts are spread: twice the posterior sd
+    /// fitted by the Newton rounds.
     pub scale: Vec<f64>,
     pub grants: Vec<Grant>,
     pub closed: Vec<Closed>,
@@ -137,93 +152,249 @@ pub async fn run<P: PartyHandle>(
     })
 }
 
-/// Barzilai–Borwein ascent on the noisy gradient of the log posterior from the prior's
-/// mode, one gradient release per step. Returns the mean of the [`BEST`] iterates with the
-/// smallest gradient norm and, per coordinate, the farthest of them from it.
+/// Released gradients of the log posterior: each party's noisy clipped gradient of its log
+/// likelihood, summed, plus the prior's gradient (public), one charged release per call.
+struct Gradients<'a, P> {
+    link: ChainLink<'a, P>,
+    model: &'a dyn Model,
+    /// The variance of the noise in each entry of the last release (public: the parties
+    /// state it).
+    noise_variance: f64,
+}
+
+impl<P: PartyHandle> Gradients<'_, P> {
+    async fn at(&mut self, theta: &[f64]) -> anyhow::Result<DVector<f64>> {
+        let answer = self
+            .link
+            .ask(Query::Gradient { theta })
+            .await
+            .map_err(|e| anyhow::anyhow!("initialiser step {}: {}", e.step, e.source))?;
+        self.noise_variance = answer.noise_variance;
+        let mut prior = vec![0.0; theta.len()];
+        self.model.grad_log_prior(theta, &mut prior);
+        Ok(DVector::from_vec(prior) + DVector::from_vec(answer.value))
+    }
+}
+
+/// The climb, then the Newton rounds on what it leaves. Returns the point and the spread.
 async fn ascend<P: PartyHandle>(
     federation: &Federation<P>,
     model: &dyn Model,
     steps: u64,
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let mut link = ChainLink::new(federation, 0);
-    let mut ask = async |theta: &[f64]| -> anyhow::Result<Vec<f64>> {
-        let answer = link
-            .ask(Query::Gradient { theta })
-            .await
-            .map_err(|e| anyhow::anyhow!("initialiser step {}: {}", e.step, e.source))?;
-        let mut prior = vec![0.0; theta.len()];
-        model.grad_log_prior(theta, &mut prior);
-        Ok(answer
-            .value
-            .iter()
-            .zip(&prior)
-            .map(|(g, p)| g + p)
-            .collect())
+    let mut gradients = Gradients {
+        link: ChainLink::new(federation, 0),
+        model,
+        noise_variance: 0.0,
     };
-    let mut theta = model.prior_mode();
-    let mut gradient = ask(&theta).await?;
-    let norm = gradient.iter().map(|g| g * g).sum::<f64>().sqrt();
-    let reach = theta.iter().map(|t| t * t).sum::<f64>().sqrt().max(1.0);
-    let mut length = if norm > 0.0 {
-        FIRST_STEP * reach / norm
+    let reach = prior_sd(model, &model.prior_mode());
+    let climbed = climb(&mut gradients, &reach, steps).await?;
+    let rounds = (steps - climbed.releases) / (2 * model.dim() as u64);
+    refine(&mut gradients, &reach, climbed, rounds).await
+}
+
+/// Where the climb stopped: its iterate with the smallest released gradient, the
+/// Barzilai–Borwein step length there (an inverse curvature) and the releases it used.
+struct Climbed {
+    point: DVector<f64>,
+    length: f64,
+    releases: u64,
+}
+
+/// Barzilai–Borwein ascent from the prior's mode, one release per step, until the released
+/// gradient lies within √[`NOISE_BALL`] noise norms of zero or [`CLIMB_SHARE`] of the
+/// releases are spent, then on until the rest divides into whole rounds of [`refine`].
+async fn climb<P: PartyHandle>(
+    gradients: &mut Gradients<'_, P>,
+    reach: &[f64],
+    steps: u64,
+) -> anyhow::Result<Climbed> {
+    let dim = reach.len();
+    let round = 2 * dim as u64;
+    let budget = (CLIMB_SHARE * steps as f64).ceil() as u64;
+    let mut theta = DVector::from_vec(gradients.model.prior_mode());
+    let mut gradient = gradients.at(theta.as_slice()).await?;
+    let mut releases = 1;
+    let start = theta.norm().max(1.0);
+    let mut length = if gradient.norm() > 0.0 {
+        FIRST_STEP * start / gradient.norm()
     } else {
-        0.0
+        f64::MIN_POSITIVE
     };
-    let size = |g: &[f64]| g.iter().map(|v| v * v).sum::<f64>();
-    let mut iterates = vec![(size(&gradient), theta.clone())];
-    let reach = prior_sd(model, &theta);
-    for _ in 1..steps {
-        // No move longer than the prior's sd along any coordinate: where every row's gradient
-        // is clipped the gradient barely changes, and Barzilai–Borwein reads that as no
-        // curvature at all.
-        let longest = gradient
-            .iter()
-            .zip(&reach)
-            .map(|(g, r)| (length * g / r).abs())
-            .fold(1.0, f64::max);
-        let next: Vec<f64> = theta
-            .iter()
-            .zip(&gradient)
-            .map(|(t, g)| t + length * g / longest)
-            .collect();
+    let mut best = (gradient.norm_squared(), theta.clone(), length);
+    let noisy = |g: &DVector<f64>, noise_variance: f64| {
+        g.norm_squared() <= NOISE_BALL * noise_variance * dim as f64
+    };
+    while releases < steps
+        && ((releases < budget && !noisy(&gradient, gradients.noise_variance))
+            || !(steps - releases).is_multiple_of(round))
+    {
+        let mut step = &gradient * length;
+        within_prior(&mut step, reach);
+        let next = &theta + step;
+        releases += 1;
         if next.iter().any(|v| !v.is_finite()) {
             // A step out of the numbers: shorter ones from here, asking the same θ again.
             length *= 0.5;
-            gradient = ask(&theta).await?;
+            gradient = gradients.at(theta.as_slice()).await?;
             continue;
         }
-        let next_gradient = ask(&next).await?;
-        let (mut ss, mut sy) = (0.0, 0.0);
-        for j in 0..theta.len() {
-            let (s, y) = (next[j] - theta[j], next_gradient[j] - gradient[j]);
-            ss += s * s;
-            sy -= s * y;
-        }
+        let next_gradient = gradients.at(next.as_slice()).await?;
+        let s = &next - &theta;
         // Ascent: the gradient falls along s where the log posterior curves down.
-        if sy > 0.0 && (ss / sy).is_finite() {
-            length = ss / sy;
+        let sy = -s.dot(&(&next_gradient - &gradient));
+        if sy > 0.0 && (s.norm_squared() / sy).is_finite() {
+            length = s.norm_squared() / sy;
         }
         theta = next;
         gradient = next_gradient;
-        iterates.push((size(&gradient), theta.clone()));
+        if gradient.norm_squared() < best.0 {
+            best = (gradient.norm_squared(), theta.clone(), length);
+        }
     }
-    iterates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let best: Vec<&[f64]> = iterates
+    Ok(Climbed {
+        point: best.1,
+        length: best.2,
+        releases,
+    })
+}
+
+/// Newton rounds from the climb's point. Each round releases the gradient at the 2d points
+/// c ± D eⱼ around the centre c (D lower triangular, its columns [`DESIGN_WIDTH`] fitted
+/// posterior sds long), which give the gradient at c (their mean) and the Hessian H ≈
+/// [(g(c + Deⱼ) − g(c − Deⱼ))/2]ⱼ D⁻¹, symmetrised: a central composite design in the
+/// manner of Box & Wilson 1951, on gradients. The centre moves by the Newton step (−H)⁻¹g,
+/// no longer than a trust radius measured in the design's own sds (Conn, Gould & Toint
+/// 2000), doubled while cut steps keep pointing the same way; the next design follows the
+/// fitted posterior covariance (−H)⁻¹, its size changing at most twofold a round. Averaging
+/// the 2d releases of a round beats the noise that stops the climb, and the Hessian spans
+/// every direction, so a step along a narrow curved ridge is as long as the ridge's own
+/// curvature asks, which a scalar step length cannot be.
+///
+/// The point is the median of the later half of the centres along each eigenvector of their
+/// rounds' mean Hessian (one noisy round cannot move it far), and the spread is [`SPREAD`] times the sds of (−H)⁻¹ from those
+/// rounds' mean H: starts overdispersed around the point, as R̂ asks (Gelman & Rubin 1992).
+async fn refine<P: PartyHandle>(
+    gradients: &mut Gradients<'_, P>,
+    reach: &[f64],
+    climbed: Climbed,
+    rounds: u64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let dim = reach.len();
+    let mut centre = climbed.point.clone();
+    let mut design = DMatrix::identity(dim, dim) * (DESIGN_WIDTH * climbed.length.sqrt());
+    let mut trust = TRUST;
+    let mut cut: Option<DVector<f64>> = None;
+    let mut centres = Vec::new();
+    let mut hessians = Vec::new();
+    for _ in 0..rounds {
+        let mut gradient = DVector::zeros(dim);
+        let mut change = DMatrix::zeros(dim, dim);
+        for j in 0..dim {
+            let up = gradients
+                .at((&centre + design.column(j)).as_slice())
+                .await?;
+            let down = gradients
+                .at((&centre - design.column(j)).as_slice())
+                .await?;
+            gradient += &up + &down;
+            change.set_column(j, &((up - down) * 0.5));
+        }
+        gradient /= 2.0 * dim as f64;
+        let inverse = design
+            .clone()
+            .try_inverse()
+            .ok_or_else(|| anyhow::anyhow!("the initialiser's design became singular"))?;
+        let hessian = change * &inverse;
+        let hessian = (&hessian + hessian.transpose()) * 0.5;
+        // Where the fit does not curve down everywhere, a step along the gradient in the
+        // design's metric, and a wider design.
+        let (mut step, next) = match covariance(&hessian).and_then(|c| {
+            let root = c.clone().cholesky()?.l();
+            Some((c, root))
+        }) {
+            Some((covariance, root)) => (covariance * &gradient, root * DESIGN_WIDTH),
+            None => (&design * design.transpose() * &gradient, &design * 2.0),
+        };
+        if let Some(last) = &cut {
+            trust = if gradient.dot(last) > 0.0 {
+                2.0 * trust
+            } else {
+                (0.5 * trust).max(TRUST)
+            };
+        }
+        let long = (&inverse * &step).norm();
+        cut = (long > trust).then(|| {
+            step *= trust / long;
+            step.clone()
+        });
+        within_prior(&mut step, reach);
+        centre += step;
+        // Both designs are lower triangular: the ratio of their sizes from their diagonals.
+        let growth = (0..dim)
+            .map(|j| (next[(j, j)] / design[(j, j)]).abs().ln())
+            .sum::<f64>()
+            / dim as f64;
+        let growth = growth.exp();
+        design = next * (growth.clamp(0.5, 2.0) / growth);
+        centres.push(centre.clone());
+        hessians.push(hessian);
+    }
+    let later = centres.len() / 2;
+    let mean = hessians[later..]
         .iter()
-        .take(BEST)
-        .map(|(_, x)| x.as_slice())
-        .collect();
-    let point: Vec<f64> = (0..theta.len())
-        .map(|j| best.iter().map(|x| x[j]).sum::<f64>() / best.len() as f64)
-        .collect();
-    let scale = (0..theta.len())
-        .map(|j| {
-            best.iter()
-                .map(|x| (x[j] - point[j]).abs())
-                .fold(0.0, f64::max)
-        })
-        .collect();
-    Ok((point, scale))
+        .fold(DMatrix::zeros(dim, dim), |sum, h| sum + h)
+        / (hessians.len() - later).max(1) as f64;
+    // The medians along the eigenvectors of the mean Hessian, where the rounds' errors
+    // (−H)⁻¹ξ are independent: along the coordinates, the medians of centres scattered
+    // along a ridge would come from different centres and leave the ridge.
+    let axes = mean.clone().symmetric_eigen().eigenvectors;
+    let point = if centres.is_empty() {
+        climbed.point.iter().copied().collect()
+    } else {
+        let along: Vec<DVector<f64>> = centres[later..].iter().map(|c| axes.tr_mul(c)).collect();
+        let medians = DVector::from_fn(dim, |k, _| median(along.iter().map(|a| a[k]).collect()));
+        (&axes * medians).iter().copied().collect()
+    };
+    let spread = match covariance(&mean) {
+        Some(c) => c.diagonal().map(f64::sqrt),
+        None => (&design * design.transpose()).diagonal().map(f64::sqrt) / DESIGN_WIDTH,
+    };
+    Ok((point, (spread * SPREAD).iter().copied().collect()))
+}
+
+/// (−H)⁻¹ where −H is positive definite, with finite entries.
+fn covariance(hessian: &DMatrix<f64>) -> Option<DMatrix<f64>> {
+    let eigen = (-hessian).symmetric_eigen();
+    if !eigen.eigenvalues.iter().all(|&v| v > 0.0 && v.is_finite()) {
+        return None;
+    }
+    let inverse = eigen.eigenvalues.map(f64::recip);
+    let covariance =
+        &eigen.eigenvectors * DMatrix::from_diagonal(&inverse) * eigen.eigenvectors.transpose();
+    covariance
+        .iter()
+        .all(|v| v.is_finite())
+        .then_some(covariance)
+}
+
+/// The middle of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    0.5 * (values[(n - 1) / 2] + values[n / 2])
+}
+
+/// Shortens `step` so that it is no longer than the prior's sd along any coordinate: where
+/// every row's gradient is clipped the gradient barely changes, and a step length read from
+/// it (Barzilai–Borwein's, or a near-singular fitted Hessian's) would be unbounded.
+fn within_prior(step: &mut DVector<f64>, reach: &[f64]) {
+    let longest = step
+        .iter()
+        .zip(reach)
+        .map(|(s, r)| (s / r).abs())
+        .fold(1.0, f64::max);
+    *step /= longest;
 }
 
 /// The prior's sd along each coordinate at its mode, 1/√(−∂²ⱼ ln p), from the change of

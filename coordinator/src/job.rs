@@ -250,7 +250,7 @@ fn initialiser_label(init: &Initialised) -> String {
         .map(|c| format!("{:.4}", c.run_epsilon))
         .collect();
     format!(
-        "private initialiser: {} noisy clipped-gradient ascent steps from the prior's mode (gradient clip {}), {:.0}% of each party's remaining budget (ε = {} per party); chains start at its point {:?} + N(0, diag({:?})²), as far as the ascent's best iterates lie from it",
+        "private initialiser: {} noisy clipped-gradient releases of an ascent from the prior's mode, Barzilai–Borwein steps then Newton rounds on fitted Hessians (gradient clip {}), {:.0}% of each party's remaining budget (ε = {} per party); chains start at its point {:?} + N(0, diag({:?})²), twice the fitted posterior sds",
         init.settings.steps,
         init.settings.gradient_clip,
         100.0 * init.settings.share,
