@@ -29,6 +29,31 @@ pub enum DataError {
     ColumnCountMismatch { left: usize, right: usize },
 }
 
+/// A column a model reads from a party's table: its name there and, where the model declares
+/// them, its public bounds [lo, hi]. A party refuses at load a row whose value lies outside
+/// them, so every row it holds is within them: what makes a model's log-ratios Lipschitz
+/// with a public constant (see `Model::ratio_bound`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub bounds: Option<[f64; 2]>,
+}
+
+impl ColumnSpec {
+    /// `x1 … xd`, unbounded: the columns of the models that read their rows by position.
+    pub fn numbered(d: usize) -> Vec<ColumnSpec> {
+        column_names(d)
+            .into_iter()
+            .map(|name| ColumnSpec { name, bounds: None })
+            .collect()
+    }
+}
+
+/// The names `x1 … xd`.
+pub fn column_names(d: usize) -> Vec<String> {
+    (1..=d).map(|j| format!("x{j}")).collect()
+}
+
 /// An `n × d` data set stored column-major: column `j` is `values[j*n .. (j+1)*n]`.
 /// Every value is finite (checked on construction), so per-row maths never meets NaN.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use fedmcmc_common::clip::clip;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::{
-    BananaSpec, ExactPosterior, GaussianSpec, GridError, GridPosterior, MAX_EDGE_MASS, MixtureSpec,
-    Model, ModelError, ModelSpec, clipped_grad_sum_by_rows,
+    BananaSpec, ExactPosterior, Family, GaussianSpec, GlmColumn, GlmSpec, GridError, GridPosterior,
+    MAX_EDGE_MASS, MixtureSpec, Model, ModelError, ModelSpec, clipped_grad_sum_by_rows,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -65,11 +65,39 @@ fn odd_mixture() -> ModelSpec {
     })
 }
 
+/// The three GLM families, each with something away from the simulation preset: a tempered
+/// gaussian with a prior mean, a logistic without an intercept over three features, a poisson
+/// with asymmetric feature bounds.
+fn glm_specs() -> Vec<ModelSpec> {
+    let gaussian = GlmSpec {
+        temperature: 0.7,
+        prior_mean: Some(vec![0.1, -0.2, 0.3]),
+        prior_sd: vec![2.0, 3.0, 4.0],
+        noise_sd: Some(0.8),
+        ..GlmSpec::example(Family::Gaussian, 3)
+    };
+    let mut logistic = GlmSpec::example(Family::Logistic, 4);
+    logistic.intercept = false;
+    logistic.true_theta = Some(vec![1.0, -0.5, 0.25]);
+    let mut poisson = GlmSpec::example(Family::Poisson, 3);
+    poisson.features[0].bounds = Some([-0.5, 1.5]);
+    [gaussian, logistic, poisson]
+        .into_iter()
+        .map(ModelSpec::Glm)
+        .collect()
+}
+
+/// The gaussian GLM, which has an exact posterior.
+fn gaussian_glm() -> ModelSpec {
+    glm_specs().swap_remove(0)
+}
+
 /// Every model, with or without a closed-form posterior.
 fn every_spec() -> Vec<ModelSpec> {
     let mut specs = all_specs();
     specs.push(ModelSpec::Mixture(MixtureSpec::heikkila(100.0, 1000)));
     specs.push(odd_mixture());
+    specs.extend(glm_specs());
     specs
 }
 
@@ -292,6 +320,11 @@ fn non_finite_gradients_add_nothing_and_count_as_clipped() {
                 assert_eq!(plain_clipped, 0, "{what}");
             }
         }
+        // A GLM row's score may stay finite at any θ: a logistic one always, a poisson one
+        // where e^η underflows.
+        if matches!(&spec, ModelSpec::Glm(_)) {
+            continue;
+        }
         let mut got = vec![f64::NAN; d];
         let far = vec![1e200; d];
         assert_eq!(
@@ -307,7 +340,7 @@ fn non_finite_gradients_add_nothing_and_count_as_clipped() {
 fn exact_posterior_is_the_normalised_posterior() {
     // ln p(θ) + Σ T ℓ(x|θ) − ln π(θ|X) must not depend on θ: it is ln p(X) (tempered).
     let mut rng = ChaCha8Rng::seed_from_u64(13);
-    for spec in all_specs() {
+    for spec in all_specs().into_iter().chain([gaussian_glm()]) {
         let model = spec.build().unwrap();
         let data = model.simulate(&spec.true_theta(), 200, &mut rng);
         let rows = rows(&data);
@@ -363,6 +396,7 @@ fn exact_sampler_matches_closed_form_moments() {
         odd_banana(),
         odd_gaussian(),
         correlated_gaussian(),
+        gaussian_glm(),
     ] {
         let model = spec.build().unwrap();
         let data = model.simulate(&spec.true_theta(), 500, &mut rng);
@@ -1074,4 +1108,285 @@ fn mixture_fingerprint_tracks_likelihood_hyperparameters_only() {
         golden,
         ModelSpec::flat_banana(2).build().unwrap().fingerprint()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generalised linear models over named, bounded columns.
+
+/// Every corner of a GLM's box of admitted rows (features and label at their bounds): the
+/// rows where its ratio and gradient bounds are attained, if anywhere.
+fn glm_corners(model: &dyn Model) -> Columns {
+    let bounds: Vec<[f64; 2]> = model
+        .columns()
+        .iter()
+        .map(|c| c.bounds.expect("a GLM bounds every column"))
+        .collect();
+    let corners: Vec<Vec<f64>> = (0..1usize << bounds.len())
+        .map(|mask| {
+            (0..bounds.len())
+                .map(|j| bounds[j][(mask >> j) & 1])
+                .collect()
+        })
+        .collect();
+    Columns::from_rows(bounds.len(), &corners).unwrap()
+}
+
+/// The model's public bounds hold on every admitted row, so a clip at them never binds: on
+/// simulated rows and on the box's corners, at θ near the truth and far from it, for full,
+/// one-component and long steps; and near the truth the ratio bound is attained within a
+/// factor of 4 at a corner (it is not vacuous; far from the truth the largest score and the
+/// longest reach x̃ᵀ(θ′ − θ) fall on different corners).
+#[test]
+fn glm_clips_at_the_public_bounds_never_bind() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    for spec in glm_specs() {
+        let model = spec.build().unwrap();
+        let (d, t) = (model.dim(), model.temperature());
+        let truth = spec.true_theta();
+        let simulated = model.simulate(&truth, 2000, &mut rng);
+        let corners = glm_corners(&*model);
+        for sd in [0.01, 0.3, 2.0] {
+            let theta = add(&truth, &normals(&mut rng, d, sd));
+            let mut one_component = theta.clone();
+            one_component[d - 1] += sd;
+            for prop in [add(&theta, &normals(&mut rng, d, sd)), one_component] {
+                let bound = model.ratio_bound(&theta, &prop).unwrap();
+                for data in [&simulated, &corners] {
+                    let sum = model.clipped_llr_sum(data, &theta, &prop, t * bound);
+                    assert_eq!(sum.clipped, 0, "{spec:?} sd {sd}");
+                }
+                let worst = naive_ratios(&*model, &corners, &theta, &prop)
+                    .iter()
+                    .fold(0.0f64, |m, r| m.max(r.abs()));
+                assert!(worst <= t * bound, "{spec:?}");
+                assert!(
+                    sd > 0.01 || 4.0 * worst >= t * bound,
+                    "{spec:?}: {worst} {bound}"
+                );
+            }
+            let bound = model.gradient_bound(&theta).unwrap();
+            for data in [&simulated, &corners] {
+                let mut g = vec![0.0; d];
+                assert_eq!(
+                    model.clipped_grad_sum(data, &theta, t * bound, &mut g),
+                    0,
+                    "{spec:?} sd {sd}"
+                );
+            }
+        }
+    }
+}
+
+/// A logistic GLM's ratio is Lipschitz everywhere: its bound never exceeds max‖x̃‖·‖θ′ − θ‖.
+#[test]
+fn logistic_ratio_bound_is_within_the_feature_norm() {
+    let spec = GlmSpec::example(Family::Logistic, 3);
+    let model = ModelSpec::Glm(spec).build().unwrap();
+    let max_norm = (1.0f64 + 4.0 + 4.0).sqrt();
+    let mut rng = ChaCha8Rng::seed_from_u64(22);
+    for sd in [0.1, 10.0, 1e3] {
+        let theta = normals(&mut rng, 3, sd);
+        let prop = add(&theta, &normals(&mut rng, 3, sd));
+        let distance = fedmcmc_common::clip::distance(&theta, &prop);
+        let bound = model.ratio_bound(&theta, &prop).unwrap();
+        assert!(bound <= max_norm * distance * (1.0 + 1e-9), "{bound}");
+        assert!(model.gradient_bound(&theta).unwrap() <= max_norm * (1.0 + 1e-9));
+    }
+}
+
+#[test]
+fn glm_simulation_stays_within_the_bounds_and_follows_the_family() {
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    for spec in glm_specs() {
+        let ModelSpec::Glm(glm) = &spec else {
+            unreachable!()
+        };
+        let model = spec.build().unwrap();
+        let truth = spec.true_theta();
+        let data = model.simulate(&truth, 40_000, &mut rng);
+        for (j, column) in model.columns().iter().enumerate() {
+            let [lo, hi] = column.bounds.unwrap();
+            assert!(
+                data.col(j).iter().all(|v| (lo..=hi).contains(v)),
+                "{spec:?}"
+            );
+        }
+        // The label's residual from its mean given η has mean 0 (and, for the gaussian
+        // family, the noise sd).
+        let residuals: Vec<f64> = rows(&data)
+            .iter()
+            .map(|x| {
+                let p = x.len() - 1;
+                let eta: f64 = glm.intercept.then_some(truth[0]).unwrap_or(0.0)
+                    + truth[usize::from(glm.intercept)..]
+                        .iter()
+                        .zip(&x[..p])
+                        .map(|(t, v)| t * v)
+                        .sum::<f64>();
+                let mean = match glm.family {
+                    Family::Gaussian => eta,
+                    Family::Logistic => 1.0 / (1.0 + (-eta).exp()),
+                    Family::Poisson => eta.exp(),
+                };
+                x[p] - mean
+            })
+            .collect();
+        let (mean, sd, se_mean, se_sd) = moments(&residuals);
+        assert!(mean.abs() < 4.0 * se_mean, "{spec:?}: residual mean {mean}");
+        if let Some(noise) = glm.noise_sd {
+            assert!(
+                (sd - noise).abs() < 4.0 * se_sd,
+                "{spec:?}: residual sd {sd}"
+            );
+        }
+    }
+}
+
+#[test]
+fn glm_columns_and_fingerprint_follow_the_configuration() {
+    let base = GlmSpec::example(Family::Poisson, 3);
+    let model = ModelSpec::Glm(base.clone()).build().unwrap();
+    let columns: Vec<(String, Option<[f64; 2]>)> = model
+        .columns()
+        .into_iter()
+        .map(|c| (c.name, c.bounds))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("feature1".to_string(), Some([-1.0, 1.0])),
+            ("feature2".to_string(), Some([-1.0, 1.0])),
+            ("label".to_string(), Some([0.0, 100.0])),
+        ]
+    );
+    assert_eq!((model.dim(), model.row_dim()), (3, 3));
+    let fp = |f: &dyn Fn(&mut GlmSpec)| {
+        let mut s = base.clone();
+        f(&mut s);
+        ModelSpec::Glm(s).build().unwrap().fingerprint()
+    };
+    let same = fp(&|_| ());
+    assert_eq!(same, fp(&|s| s.prior_sd = vec![1.0, 2.0, 3.0]));
+    assert_eq!(same, fp(&|s| s.true_theta = None));
+    for changed in [
+        fp(&|s| {
+            s.family = Family::Logistic;
+            s.label.bounds = Some([0.0, 1.0]);
+        }),
+        fp(&|s| s.features[1].name = "dose".into()),
+        fp(&|s| s.features[0].bounds = Some([-1.0, 2.0])),
+        fp(&|s| s.label.bounds = Some([0.0, 50.0])),
+        fp(&|s| s.label.name = "count".into()),
+        fp(&|s| {
+            s.intercept = false;
+            s.prior_sd = vec![10.0];
+            s.true_theta = None;
+        }),
+        fp(&|s| s.temperature = 0.5),
+    ] {
+        assert_ne!(same, changed);
+    }
+    let gaussian = |sd: f64| {
+        ModelSpec::Glm(GlmSpec {
+            noise_sd: Some(sd),
+            ..GlmSpec::example(Family::Gaussian, 3)
+        })
+        .build()
+        .unwrap()
+        .fingerprint()
+    };
+    assert_ne!(gaussian(1.0), gaussian(2.0));
+}
+
+#[test]
+fn glm_specs_deserialise_and_are_validated_clearly() {
+    let spec: ModelSpec = serde_json::from_str(
+        r#"{"kind": "glm", "family": "logistic", "label": {"name": "outcome"},
+            "features": [{"name": "age", "bounds": [18, 90]}], "prior_sd": [10.0]}"#,
+    )
+    .unwrap();
+    let ModelSpec::Glm(glm) = &spec else { panic!() };
+    assert!(glm.intercept && glm.temperature == 1.0 && glm.noise_sd.is_none());
+    assert_eq!(spec.build().unwrap().dim(), 2);
+    for s in glm_specs() {
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<ModelSpec>(&json).unwrap(), s);
+    }
+    let error = |f: &dyn Fn(&mut GlmSpec)| {
+        let mut s = GlmSpec::example(Family::Gaussian, 3);
+        f(&mut s);
+        ModelSpec::Glm(s).build().unwrap_err().to_string()
+    };
+    let cases: [(&dyn Fn(&mut GlmSpec), &str); 11] = [
+        (
+            &|s| s.features[1].name = "feature1".into(),
+            "column feature1 is named twice",
+        ),
+        (
+            &|s| s.label.name = "feature2".into(),
+            "column feature2 is named twice",
+        ),
+        (
+            &|s| s.features[0].name = "1st; DROP".into(),
+            "column name \"1st; DROP\" is not a plain identifier",
+        ),
+        (
+            &|s| s.features[0].bounds = Some([2.0, 2.0]),
+            "column feature1: bounds [2, 2] must be finite with lo < hi",
+        ),
+        (
+            &|s| s.features[1].bounds = Some([0.0, f64::INFINITY]),
+            "column feature2: bounds [0, inf] must be finite with lo < hi",
+        ),
+        (
+            &|s| s.features[0].bounds = None,
+            "column feature1 needs public bounds = [lo, hi]",
+        ),
+        (
+            &|s| s.label.bounds = None,
+            "column label needs public bounds = [lo, hi]",
+        ),
+        (
+            &|s| s.noise_sd = None,
+            "the gaussian family: noise_sd is required",
+        ),
+        (
+            &|s| s.features.clear(),
+            "the glm (features) model needs dimension at least 1, got 0",
+        ),
+        (
+            &|s| s.prior_sd = vec![1.0, 1.0],
+            "prior_sd has length 2, expected 3",
+        ),
+        (
+            &|s| s.noise_sd = Some(0.0),
+            "noise_sd must be positive and finite, got 0",
+        ),
+    ];
+    for (change, message) in cases {
+        let got = error(change);
+        assert!(got.starts_with(message), "{got}");
+    }
+    let family = |family: Family, label: Option<[f64; 2]>, noise_sd: Option<f64>| {
+        let mut s = GlmSpec::example(family, 2);
+        s.label = GlmColumn::new("y", label);
+        s.noise_sd = noise_sd;
+        ModelSpec::Glm(s)
+            .build()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        family(Family::Logistic, Some([0.0, 2.0]), None),
+        Err("the logistic family: the label's bounds must lie within [0, 1]".into())
+    );
+    assert_eq!(
+        family(Family::Logistic, None, Some(1.0)),
+        Err("the logistic family: noise_sd applies to the gaussian family only".into())
+    );
+    assert_eq!(
+        family(Family::Poisson, Some([-1.0, 5.0]), None),
+        Err("the poisson family: the label is a count: its lower bound must be ≥ 0".into())
+    );
+    assert_eq!(family(Family::Poisson, Some([0.0, 5.0]), None), Ok(()));
 }

@@ -1,0 +1,715 @@
+//! Generalised linear models over a party's own named columns (`kind = "glm"`): a label y
+//! with linear predictor η = x̃ᵀθ, where x̃ is the row's features with a leading 1 when the
+//! model has an intercept, and a family:
+//!
+//! - `gaussian`: y ~ N(η, σ²) with a known noise sd σ (`noise_sd`); conjugate with the normal
+//!   prior, so it has an exact posterior;
+//! - `logistic`: y ∈ [0, 1] (0/1 outcomes), ℓ = yη − ln(1 + e^η);
+//! - `poisson`: y a count, ℓ = yη − e^η − ln y!.
+//!
+//! The prior is θⱼ ~ N(mⱼ, sⱼ²), independently.
+//!
+//! **Public bounds and the clip.** Every feature, and the label where the family needs it,
+//! declares public bounds [lo, hi], and a party refuses at load a row outside them. Then the
+//! ratio is Lipschitz with a constant that θ, θ′ and the bounds give: with the score
+//! u(y, η) = ∂ℓ/∂η (monotone in y and in η, so extreme at the corners of the box),
+//! |ℓ(x|θ′) − ℓ(x|θ)| ≤ max|u| · |x̃ᵀ(θ′ − θ)| ≤ max|u| · Σⱼ max(|loⱼ|, |hiⱼ|)·|θ′ⱼ − θⱼ|,
+//! the max over labels in their bounds and predictors η over the box and the segment [θ, θ′]
+//! (whose range the end points give: the box's largest η is convex in θ, its smallest
+//! concave). [`Model::ratio_bound`] returns it, and the gradient's counterpart
+//! max|u(y, η(θ))| · max‖x̃‖ is [`Model::gradient_bound`]. A party clips each row at the
+//! smaller of that bound and the run's clip·‖θ′ − θ‖ (`party/src/statistics/`), so with a run
+//! clip at least the model's (a large clip, say 1e6) the clip never binds and the release's
+//! noise follows the Lipschitz bound, at the same privacy cost per release. The logistic
+//! score is within (−1, 1), so there the Lipschitz constant is at most max‖x̃‖ everywhere;
+//! the Gaussian and Poisson ones grow with |η|, so far from the data's θ the run's clip
+//! takes over.
+//!
+//! The hot loops stream the columns in blocks: each block's predictors are accumulated
+//! column by column into stack buffers, so no row is copied and nothing is allocated.
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, RngExt};
+use rand_distr::{Distribution, Poisson, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+use super::mvn::MvNormal;
+use super::{
+    ExactPosterior, Model, ModelError, check_finite, check_len, check_positive, check_true_theta,
+    default_temperature, fingerprint_of,
+};
+use crate::clip::{ClippedSum, clip, norm_sq_bound};
+use crate::data::{ColumnSpec, Columns};
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// Rows per block of the hot loops: the block's predictors live in stack buffers in L1.
+const BLOCK: usize = 256;
+
+/// The public bounds are mathematical upper bounds; this factor covers the rounding of the
+/// per-row arithmetic, so that the clip at the bound never binds on a row within the bounds.
+const ROUNDING_SLACK: f64 = 1.0 + 1e-9;
+
+/// The family of the label given the linear predictor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Gaussian,
+    Logistic,
+    Poisson,
+}
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Family::Gaussian => "gaussian",
+            Family::Logistic => "logistic",
+            Family::Poisson => "poisson",
+        }
+    }
+}
+
+/// A column of the party's table as the configuration names it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlmColumn {
+    pub name: String,
+    /// Public bounds [lo, hi]: rows outside are refused at load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<[f64; 2]>,
+}
+
+impl GlmColumn {
+    pub fn new(name: &str, bounds: Option<[f64; 2]>) -> Self {
+        GlmColumn {
+            name: name.to_string(),
+            bounds,
+        }
+    }
+}
+
+/// GLM hyperparameters as written in configuration (`kind = "glm"`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlmSpec {
+    pub family: Family,
+    /// The feature columns, each with its public bounds (required).
+    pub features: Vec<GlmColumn>,
+    /// The label column: bounds required for the gaussian family (the label's range) and
+    /// the poisson family (lo ≥ 0, hi the largest count); the logistic family's are [0, 1]
+    /// unless given narrower.
+    pub label: GlmColumn,
+    /// A leading coefficient for a constant 1 (default true).
+    #[serde(default = "default_intercept")]
+    pub intercept: bool,
+    /// Prior sds: one for every coefficient, or one per coefficient (intercept first).
+    pub prior_sd: Vec<f64>,
+    /// Prior means, one per coefficient; zero if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_mean: Option<Vec<f64>>,
+    /// The gaussian family's known noise sd σ (that family only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_sd: Option<f64>,
+    #[serde(default = "default_temperature")]
+    pub temperature: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub true_theta: Option<Vec<f64>>,
+}
+
+fn default_intercept() -> bool {
+    true
+}
+
+/// A table column name that SQL and CSV headers can carry unquoted.
+fn check_column_name(name: &str) -> Result<(), ModelError> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(())
+    } else {
+        Err(ModelError::ColumnName {
+            name: name.to_string(),
+        })
+    }
+}
+
+/// The column's bounds, required, finite and with lo < hi.
+fn required_bounds(column: &GlmColumn) -> Result<[f64; 2], ModelError> {
+    let [lo, hi] = column.bounds.ok_or_else(|| ModelError::MissingBounds {
+        column: column.name.clone(),
+    })?;
+    if lo.is_finite() && hi.is_finite() && lo < hi {
+        Ok([lo, hi])
+    } else {
+        Err(ModelError::Bounds {
+            column: column.name.clone(),
+            lo,
+            hi,
+        })
+    }
+}
+
+impl GlmSpec {
+    /// The simulations' GLM of `family` with θ of dimension `dim` ≥ 2: an intercept and
+    /// features `feature1 …` within [−2, 2] (the poisson family's within [−1, 1], so that
+    /// counts stay moderate), label `label` (gaussian: noise sd 1, label within [−20, 20];
+    /// poisson: counts up to 100), prior sd 10, true θ = (0.5, 1, −0.5, 0.25, …).
+    pub fn example(family: Family, dim: usize) -> Self {
+        let width = if family == Family::Poisson { 1.0 } else { 2.0 };
+        let features = (1..dim)
+            .map(|j| GlmColumn::new(&format!("feature{j}"), Some([-width, width])))
+            .collect();
+        let (label_bounds, noise_sd) = match family {
+            Family::Gaussian => (Some([-20.0, 20.0]), Some(1.0)),
+            Family::Logistic => (None, None),
+            Family::Poisson => (Some([0.0, 100.0]), None),
+        };
+        let true_theta = (0..dim)
+            .map(|j| match j {
+                0 => 0.5,
+                _ => (-0.5f64).powi(j as i32 - 1),
+            })
+            .collect();
+        GlmSpec {
+            family,
+            features,
+            label: GlmColumn::new("label", label_bounds),
+            intercept: true,
+            prior_sd: vec![10.0],
+            prior_mean: None,
+            noise_sd,
+            temperature: 1.0,
+            true_theta: Some(true_theta),
+        }
+    }
+
+    /// Coefficients: one per feature, and the intercept's.
+    pub fn dim(&self) -> usize {
+        self.features.len() + usize::from(self.intercept)
+    }
+
+    pub fn build(&self) -> Result<Glm, ModelError> {
+        let family = self.family;
+        let family_error = |message: &str| ModelError::Family {
+            family: family.name(),
+            message: message.to_string(),
+        };
+        if self.features.is_empty() {
+            return Err(ModelError::TooFewDimensions {
+                model: "glm (features)",
+                min: 1,
+                got: 0,
+            });
+        }
+        let mut names: Vec<&str> = Vec::with_capacity(self.features.len() + 1);
+        for column in self.features.iter().chain([&self.label]) {
+            check_column_name(&column.name)?;
+            if names.contains(&column.name.as_str()) {
+                return Err(ModelError::DuplicateColumn {
+                    name: column.name.clone(),
+                });
+            }
+            names.push(&column.name);
+        }
+        let features = self
+            .features
+            .iter()
+            .map(required_bounds)
+            .collect::<Result<Vec<_>, _>>()?;
+        let label = match (family, self.label.bounds) {
+            (Family::Logistic, None) => [0.0, 1.0],
+            _ => required_bounds(&self.label)?,
+        };
+        match family {
+            Family::Logistic if label[0] < 0.0 || label[1] > 1.0 => {
+                return Err(family_error("the label's bounds must lie within [0, 1]"));
+            }
+            Family::Poisson if label[0] < 0.0 => {
+                return Err(family_error(
+                    "the label is a count: its lower bound must be ≥ 0",
+                ));
+            }
+            _ => {}
+        }
+        let noise_var = match (family, self.noise_sd) {
+            (Family::Gaussian, Some(sd)) => {
+                check_positive("noise_sd", sd)?;
+                sd * sd
+            }
+            (Family::Gaussian, None) => return Err(family_error("noise_sd is required")),
+            (_, Some(_)) => {
+                return Err(family_error("noise_sd applies to the gaussian family only"));
+            }
+            (_, None) => 1.0,
+        };
+        let dim = self.dim();
+        let prior_sd = match self.prior_sd.len() {
+            1 => vec![self.prior_sd[0]; dim],
+            _ => self.prior_sd.clone(),
+        };
+        check_len("prior_sd", dim, prior_sd.len())?;
+        for &sd in &prior_sd {
+            check_positive("prior_sd", sd)?;
+        }
+        let prior_mean = self.prior_mean.clone().unwrap_or_else(|| vec![0.0; dim]);
+        check_len("prior_mean", dim, prior_mean.len())?;
+        check_finite("prior_mean", &prior_mean)?;
+        check_positive("temperature", self.temperature)?;
+        check_true_theta(&self.true_theta, dim)?;
+        let max_abs: Vec<f64> = features
+            .iter()
+            .map(|[lo, hi]| lo.abs().max(hi.abs()))
+            .collect();
+        let max_norm = (f64::from(u8::from(self.intercept))
+            + max_abs.iter().map(|m| m * m).sum::<f64>())
+        .sqrt();
+        Ok(Glm {
+            family,
+            intercept: self.intercept,
+            features,
+            max_abs,
+            max_norm,
+            label,
+            prior_precision: prior_sd.iter().map(|s| 1.0 / (s * s)).collect(),
+            prior_log_norm: -prior_sd.iter().map(|s| 0.5 * LN_2PI + s.ln()).sum::<f64>(),
+            prior_mean,
+            noise_var,
+            temperature: self.temperature,
+            spec: self.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Glm {
+    family: Family,
+    intercept: bool,
+    /// Each feature's bounds [lo, hi].
+    features: Vec<[f64; 2]>,
+    /// Each feature's max(|lo|, |hi|).
+    max_abs: Vec<f64>,
+    /// The largest ‖x̃‖ over the box, the intercept's 1 included.
+    max_norm: f64,
+    /// The label's bounds [lo, hi].
+    label: [f64; 2],
+    prior_mean: Vec<f64>,
+    prior_precision: Vec<f64>,
+    /// Σⱼ −½ ln(2π sⱼ²).
+    prior_log_norm: f64,
+    /// σ² of the gaussian family (1 for the others, unused).
+    noise_var: f64,
+    temperature: f64,
+    spec: GlmSpec,
+}
+
+/// ln(1 + e^η) without overflow.
+#[inline(always)]
+fn softplus(eta: f64) -> f64 {
+    eta.max(0.0) + (-eta.abs()).exp().ln_1p()
+}
+
+#[inline(always)]
+fn sigmoid(eta: f64) -> f64 {
+    1.0 / (1.0 + (-eta).exp())
+}
+
+impl Glm {
+    fn p(&self) -> usize {
+        self.features.len()
+    }
+
+    /// The coefficients of the features: θ without its intercept.
+    fn slopes<'t>(&self, theta: &'t [f64]) -> &'t [f64] {
+        &theta[usize::from(self.intercept)..]
+    }
+
+    fn offset(&self, theta: &[f64]) -> f64 {
+        if self.intercept { theta[0] } else { 0.0 }
+    }
+
+    /// η of one row given as features followed by the label.
+    fn predictor(&self, theta: &[f64], row: &[f64]) -> f64 {
+        self.offset(theta)
+            + self
+                .slopes(theta)
+                .iter()
+                .zip(row)
+                .map(|(t, x)| t * x)
+                .sum::<f64>()
+    }
+
+    /// The predictors of rows `start .. start + out.len()` of `data`, column by column.
+    fn predictors(&self, data: &Columns, start: usize, theta: &[f64], out: &mut [f64]) {
+        out.fill(self.offset(theta));
+        for (j, &w) in self.slopes(theta).iter().enumerate() {
+            if w != 0.0 {
+                let col = &data.col(j)[start..start + out.len()];
+                for (o, x) in out.iter_mut().zip(col) {
+                    *o += w * x;
+                }
+            }
+        }
+    }
+
+    /// The label column.
+    fn labels<'d>(&self, data: &'d Columns) -> &'d [f64] {
+        data.col(self.p())
+    }
+
+    /// The score u(y, η) = ∂ℓ/∂η, untempered.
+    #[inline(always)]
+    fn score(&self, y: f64, eta: f64) -> f64 {
+        match self.family {
+            Family::Gaussian => (y - eta) / self.noise_var,
+            Family::Logistic => y - sigmoid(eta),
+            Family::Poisson => y - eta.exp(),
+        }
+    }
+
+    /// The range of η over the box of features at θ.
+    fn predictor_range(&self, theta: &[f64]) -> [f64; 2] {
+        let c = self.offset(theta);
+        self.slopes(theta)
+            .iter()
+            .zip(&self.features)
+            .fold([c, c], |[lo, hi], (t, [a, b])| {
+                [lo + (t * a).min(t * b), hi + (t * a).max(t * b)]
+            })
+    }
+
+    /// max |u(y, η)| over labels in their bounds and η in `eta`: u is monotone in each, so
+    /// at a corner.
+    fn max_score(&self, [eta_lo, eta_hi]: [f64; 2]) -> f64 {
+        let [y_lo, y_hi] = self.label;
+        [
+            (y_lo, eta_hi),
+            (y_hi, eta_lo),
+            (y_lo, eta_lo),
+            (y_hi, eta_hi),
+        ]
+        .iter()
+        .map(|&(y, eta)| self.score(y, eta).abs())
+        .fold(0.0, f64::max)
+    }
+
+    /// Σ over blocks of rows of `each(labels, η(θ), η(θ′), out)` for the block's slice of
+    /// `out`: the ratio loops' common frame.
+    fn ratio_blocks(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        mut each: impl FnMut(usize, &[f64], &[f64], &[f64]),
+    ) {
+        assert_eq!(data.d(), self.row_dim(), "data columns");
+        let (mut eta, mut eta_prop) = ([0.0; BLOCK], [0.0; BLOCK]);
+        let labels = self.labels(data);
+        let mut start = 0;
+        while start < data.n() {
+            let len = BLOCK.min(data.n() - start);
+            self.predictors(data, start, theta, &mut eta[..len]);
+            self.predictors(data, start, theta_prop, &mut eta_prop[..len]);
+            each(
+                start,
+                &labels[start..start + len],
+                &eta[..len],
+                &eta_prop[..len],
+            );
+            start += len;
+        }
+    }
+
+    /// Each row's clipped tempered ratio, passed to `sink(row, clipped, raw)`, the family's
+    /// ratio chosen once outside the loop.
+    fn clipped_ratios(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+        mut sink: impl FnMut(usize, f64, f64),
+    ) {
+        assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
+        let t = self.temperature;
+        let half_precision = 0.5 / self.noise_var;
+        let family = self.family;
+        self.ratio_blocks(data, theta, theta_prop, |start, y, eta, eta_prop| {
+            let rows = y.iter().zip(eta).zip(eta_prop).enumerate();
+            for (i, ((&y, &a), &b)) in rows {
+                // ℓ(η′) − ℓ(η) in the forms that cancel the normalising constants exactly.
+                let r = t * match family {
+                    Family::Gaussian => (b - a) * (2.0 * y - a - b) * half_precision,
+                    Family::Logistic => y * (b - a) - (softplus(b) - softplus(a)),
+                    Family::Poisson => y * (b - a) - (b.exp() - a.exp()),
+                };
+                sink(start + i, clip(r, bound), r);
+            }
+        });
+    }
+}
+
+impl Model for Glm {
+    fn name(&self) -> &'static str {
+        "glm"
+    }
+
+    fn dim(&self) -> usize {
+        self.prior_mean.len()
+    }
+
+    /// The features, then the label.
+    fn row_dim(&self) -> usize {
+        self.p() + 1
+    }
+
+    fn columns(&self) -> Vec<ColumnSpec> {
+        self.spec
+            .features
+            .iter()
+            .zip(&self.features)
+            .map(|(c, &b)| (c.name.clone(), b))
+            .chain([(self.spec.label.name.clone(), self.label)])
+            .map(|(name, bounds)| ColumnSpec {
+                name,
+                bounds: Some(bounds),
+            })
+            .collect()
+    }
+
+    /// Family, column names and bounds, intercept, noise sd and temperature: everything the
+    /// likelihood and the admitted rows depend on.
+    fn fingerprint(&self) -> String {
+        let columns: Vec<String> = self
+            .columns()
+            .iter()
+            .map(|c| format!("{}:{:?}", c.name, c.bounds))
+            .collect();
+        fingerprint_of(&format!(
+            "glm/v1;family={};columns={columns:?};intercept={};noise_var={:?};temperature={:?}",
+            self.family.name(),
+            self.intercept,
+            self.noise_var,
+            self.temperature
+        ))
+    }
+
+    fn temperature(&self) -> f64 {
+        self.temperature
+    }
+
+    fn log_prior(&self, theta: &[f64]) -> f64 {
+        self.prior_log_norm
+            - 0.5
+                * theta
+                    .iter()
+                    .zip(&self.prior_mean)
+                    .zip(&self.prior_precision)
+                    .map(|((t, m), p)| p * (t - m) * (t - m))
+                    .sum::<f64>()
+    }
+
+    fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]) {
+        for (((o, t), m), p) in out
+            .iter_mut()
+            .zip(theta)
+            .zip(&self.prior_mean)
+            .zip(&self.prior_precision)
+        {
+            *o = -p * (t - m);
+        }
+    }
+
+    fn prior_mode(&self) -> Vec<f64> {
+        self.prior_mean.clone()
+    }
+
+    fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64 {
+        let (eta, y) = (self.predictor(theta, row), row[self.p()]);
+        self.temperature
+            * match self.family {
+                Family::Gaussian => {
+                    -0.5 * ((y - eta).powi(2) / self.noise_var + LN_2PI + self.noise_var.ln())
+                }
+                Family::Logistic => y * eta - softplus(eta),
+                Family::Poisson => y * eta - eta.exp() - libm::lgamma(y + 1.0),
+            }
+    }
+
+    /// T·u(y, η)·x̃.
+    fn grad_log_lik_row(&self, theta: &[f64], row: &[f64], out: &mut [f64]) {
+        let p = self.p();
+        let s = self.temperature * self.score(row[p], self.predictor(theta, row));
+        let (head, slopes) = out.split_at_mut(usize::from(self.intercept));
+        head.fill(s);
+        for (o, x) in slopes.iter_mut().zip(&row[..p]) {
+            *o = s * x;
+        }
+    }
+
+    fn clipped_llr_sum(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+    ) -> ClippedSum {
+        let mut out = ClippedSum::default();
+        self.clipped_ratios(data, theta, theta_prop, bound, |_, rc, r| {
+            out.sum += rc;
+            out.clipped += u64::from(rc != r);
+        });
+        out
+    }
+
+    fn clipped_llr_terms(
+        &self,
+        data: &Columns,
+        theta: &[f64],
+        theta_prop: &[f64],
+        bound: f64,
+        out: &mut [f64],
+    ) {
+        assert_eq!(out.len(), data.n(), "one term per row");
+        self.clipped_ratios(data, theta, theta_prop, bound, |i, rc, _| out[i] = rc);
+    }
+
+    /// Row i's tempered gradient is sᵢ·x̃ᵢ with sᵢ = T·u(yᵢ, ηᵢ), so its norm is
+    /// |sᵢ|·‖x̃ᵢ‖ and clipping it scales sᵢ: per block, the scores and squared norms go into
+    /// stack buffers, the clip rescales the scores (zeroing those of non-finite norm), and each column adds Σ sᵢ·xᵢⱼ.
+    fn clipped_grad_sum(&self, data: &Columns, theta: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+        assert_eq!(data.d(), self.row_dim(), "data columns");
+        assert_eq!(out.len(), self.dim(), "one entry per parameter");
+        assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
+        out.fill(0.0);
+        let limit = norm_sq_bound(bound);
+        let (mut s, mut norm_sq) = ([0.0; BLOCK], [0.0; BLOCK]);
+        let labels = self.labels(data);
+        let first = usize::from(self.intercept);
+        let mut clipped = 0;
+        let mut start = 0;
+        while start < data.n() {
+            let len = BLOCK.min(data.n() - start);
+            let (s, norm_sq) = (&mut s[..len], &mut norm_sq[..len]);
+            self.predictors(data, start, theta, s);
+            for (si, y) in s.iter_mut().zip(&labels[start..start + len]) {
+                *si = self.temperature * self.score(*y, *si);
+            }
+            // ‖sᵢ·x̃ᵢ‖² summed entry by entry in θ's order, as the row-by-row default does.
+            for (q, si) in norm_sq.iter_mut().zip(s.iter()) {
+                *q = if self.intercept { si * si } else { 0.0 };
+            }
+            for j in 0..self.p() {
+                let col = &data.col(j)[start..start + len];
+                for ((q, si), x) in norm_sq.iter_mut().zip(s.iter()).zip(col) {
+                    let g = si * x;
+                    *q += g * g;
+                }
+            }
+            for (si, &q) in s.iter_mut().zip(norm_sq.iter()) {
+                if !(q <= limit) {
+                    clipped += 1;
+                    let norm = q.sqrt();
+                    *si = if norm.is_finite() {
+                        *si * (bound / norm)
+                    } else {
+                        0.0
+                    };
+                }
+            }
+            if self.intercept {
+                out[0] += s.iter().sum::<f64>();
+            }
+            for (j, o) in out[first..].iter_mut().enumerate() {
+                let col = &data.col(j)[start..start + len];
+                *o += s.iter().zip(col).map(|(si, x)| si * x).sum::<f64>();
+            }
+            start += len;
+        }
+        clipped
+    }
+
+    /// max|u| over the labels' bounds and η over the box and the segment [θ, θ′], times
+    /// Σⱼ max(|loⱼ|, |hiⱼ|)·|θ′ⱼ − θⱼ| (see the module's comment).
+    fn ratio_bound(&self, theta: &[f64], theta_prop: &[f64]) -> Option<f64> {
+        let ([a, b], [c, d]) = (
+            self.predictor_range(theta),
+            self.predictor_range(theta_prop),
+        );
+        let reach: f64 = (self.offset(theta_prop) - self.offset(theta)).abs()
+            + self
+                .slopes(theta)
+                .iter()
+                .zip(self.slopes(theta_prop))
+                .zip(&self.max_abs)
+                .map(|((t, u), m)| m * (u - t).abs())
+                .sum::<f64>();
+        Some(self.max_score([a.min(c), b.max(d)]) * reach * ROUNDING_SLACK)
+    }
+
+    /// max|u| over the labels' bounds and η over the box at θ, times max‖x̃‖.
+    fn gradient_bound(&self, theta: &[f64]) -> Option<f64> {
+        Some(self.max_score(self.predictor_range(theta)) * self.max_norm * ROUNDING_SLACK)
+    }
+
+    /// Features uniform within their bounds; labels from the family at η, clamped into the
+    /// label's bounds so that every row is admitted (the gaussian label's bounds should be
+    /// wide enough that clamping is rare: the exact posterior is that of the rows as drawn).
+    fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {
+        let p = self.p();
+        let mut values = vec![0.0; n * (p + 1)];
+        let mut row = vec![0.0; p + 1];
+        let [y_lo, y_hi] = self.label;
+        for i in 0..n {
+            for (x, [lo, hi]) in row.iter_mut().zip(&self.features) {
+                *x = lo + (hi - lo) * rng.random::<f64>();
+            }
+            let eta = self.predictor(theta, &row);
+            let y = match self.family {
+                Family::Gaussian => {
+                    let z: f64 = StandardNormal.sample(&mut *rng);
+                    eta + self.noise_var.sqrt() * z
+                }
+                Family::Logistic => f64::from(u8::from(rng.random::<f64>() < sigmoid(eta))),
+                // A mean beyond the largest count is clamped there anyway.
+                Family::Poisson => Poisson::new(eta.exp().clamp(f64::MIN_POSITIVE, y_hi + 1.0))
+                    .expect("a positive finite mean")
+                    .sample(&mut *rng),
+            };
+            row[p] = y.clamp(y_lo, y_hi);
+            for (j, v) in row.iter().enumerate() {
+                values[j * n + i] = *v;
+            }
+        }
+        Columns::from_column_major(n, p + 1, values).expect("finite simulated data")
+    }
+
+    /// The gaussian family's conjugate update, with X̃ the design and Λ₀ the prior precision:
+    /// Σ_n = (Λ₀ + (T/σ²) X̃ᵀX̃)⁻¹, μ_n = Σ_n (Λ₀ m₀ + (T/σ²) X̃ᵀy). The others have none.
+    fn exact_posterior(&self, data: &Columns) -> Option<Box<dyn ExactPosterior>> {
+        if self.family != Family::Gaussian {
+            return None;
+        }
+        let (dim, first) = (self.dim(), usize::from(self.intercept));
+        let ones = vec![1.0; data.n()];
+        let column = |k: usize| {
+            if k < first {
+                &ones[..]
+            } else {
+                data.col(k - first)
+            }
+        };
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let w = self.temperature / self.noise_var;
+        let labels = self.labels(data);
+        let precision = DMatrix::from_fn(dim, dim, |i, j| {
+            w * dot(column(i), column(j)) + if i == j { self.prior_precision[i] } else { 0.0 }
+        });
+        let cov = precision.cholesky()?.inverse();
+        let rhs = DVector::from_fn(dim, |i, _| {
+            self.prior_precision[i] * self.prior_mean[i] + w * dot(column(i), labels)
+        });
+        let mean = &cov * rhs;
+        Some(Box::new(MvNormal::new(mean, cov)?))
+    }
+}
