@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use fedmcmc_common::diagnostics;
-use fedmcmc_common::models::{BananaSpec, ExactPosterior, ModelSpec};
+use fedmcmc_common::models::{BananaSpec, ExactPosterior, Family, GlmSpec, ModelSpec};
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
 use fedmcmc_party::tls;
@@ -45,6 +45,15 @@ pub enum Preset {
     /// The correlated Gaussian (Räisä 2020, Table 5.1; n = 200 000): likelihood covariance
     /// [[1, 0.999], [0.999, 1]], σ0² = 100, θ = (0, 3). Two-dimensional.
     CorrelatedGaussian,
+    /// Logistic regression over named columns `feature1 …` (each within [−2, 2]) and a 0/1
+    /// `label`, with an intercept; θ = (0.5, 1, −0.5, …), prior sd 10; d = 3 unless --dim.
+    /// No exact posterior, so no MMD to one.
+    LogisticGlm,
+    /// Poisson regression, the same with features within [−1, 1] and counts up to 100.
+    PoissonGlm,
+    /// Linear regression with noise sd 1 and the label within [−20, 20]; conjugate, so
+    /// compared with its exact posterior.
+    GaussianGlm,
 }
 
 impl Preset {
@@ -81,6 +90,20 @@ impl Preset {
                 two_d("correlated-gaussian")?;
                 ModelSpec::gaussian(vec![vec![1.0, 0.999], vec![0.999, 1.0]], 100.0)
             }
+            Preset::LogisticGlm | Preset::PoissonGlm | Preset::GaussianGlm => {
+                let family = match self {
+                    Preset::LogisticGlm => Family::Logistic,
+                    Preset::PoissonGlm => Family::Poisson,
+                    _ => Family::Gaussian,
+                };
+                let d = dim.unwrap_or(3);
+                if d < 2 {
+                    anyhow::bail!(
+                        "a GLM preset has an intercept and a feature at least: --dim 2 or more, not {d}"
+                    );
+                }
+                ModelSpec::Glm(GlmSpec::example(family, d))
+            }
         })
     }
 }
@@ -102,7 +125,7 @@ pub struct SimulateArgs {
     /// Model preset [default: banana].
     #[arg(long, value_enum)]
     pub model: Option<Preset>,
-    /// Dimension of θ [default: 2, or 30 for thesis-gaussian].
+    /// Dimension of θ [default: 2, or 30 for thesis-gaussian, 3 for the GLMs].
     #[arg(long)]
     pub dim: Option<usize>,
     /// Rows in all, split evenly among the parties [default: 100000].
@@ -404,7 +427,14 @@ fn write_party_dir(
         }
         None => None,
     };
-    fedmcmc_party::store::write_sqlite(&dir.join("rows.sqlite"), "rows", rows)?;
+    let names: Vec<String> = sim
+        .spec
+        .build()?
+        .columns()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    fedmcmc_party::store::write_sqlite(&dir.join("rows.sqlite"), "rows", rows, &names)?;
     fedmcmc_party::config::write_secret(&dir.join("token"), &format!("{token}\n"))?;
     let config = PartyConfig {
         name: name.to_string(),
@@ -548,9 +578,14 @@ async fn federate(
     let truth = sim.spec.true_theta();
     let out = &sim.out;
     let data = model.simulate(&truth, sim.rows, &mut stream(sim.job.seed, DATA_STREAM));
-    let exact = model
-        .exact_posterior(&data)
-        .ok_or_else(|| anyhow::anyhow!("the {} model has no exact posterior", model.name()))?;
+    // The reference for the summary's exact moments and MMD, where the model has one.
+    let exact = model.exact_posterior(&data);
+    if exact.is_none() && sim.init == InitChoice::TruthJitter {
+        anyhow::bail!(
+            "--init truth-jitter spreads the chains by the exact posterior's sd, and the {} model has none here: use --init private or a point",
+            model.name()
+        );
+    }
 
     let names: Vec<String> = (1..=sim.parties).map(|i| format!("party-{i}")).collect();
     // A throwaway CA for this federation, with the coordinator's certificate beside it.
@@ -595,7 +630,7 @@ async fn federate(
         InitChoice::TruthJitter => Start::Given(Inits {
             points: thesis_inits(
                 &truth,
-                exact.as_ref(),
+                exact.as_deref().expect("checked above"),
                 sim.job.chains,
                 &mut stream(sim.job.seed, job::INIT_STREAM),
             ),
@@ -631,15 +666,29 @@ async fn federate(
     }
     let result = result?;
 
-    let mut exact_rng = stream(sim.job.seed, EXACT_STREAM);
+    let reference = match &exact {
+        Some(exact) => Some(exact_reference(exact.as_ref(), &result, sim.job.seed)?),
+        None => None,
+    };
+    output::finish(out, model.name(), &result, reference.as_ref())
+}
+
+/// The exact posterior's moments, and the MMD of the pooled draws to its draws beside that of
+/// as many independent exact draws (Räisä 2020, Sec. 5.3).
+fn exact_reference(
+    exact: &dyn ExactPosterior,
+    result: &job::JobResult,
+    seed: u64,
+) -> anyhow::Result<ExactReference> {
+    let mut exact_rng = stream(seed, EXACT_STREAM);
     let reference: Vec<Vec<f64>> = (0..EXACT_REFERENCE_DRAWS)
         .map(|_| exact.sample(&mut exact_rng))
         .collect();
-    let draws = pooled_draws(&result, MMD_MAX_DRAWS);
+    let draws = pooled_draws(result, MMD_MAX_DRAWS);
     let independent: Vec<Vec<f64>> = (0..draws.len())
         .map(|_| exact.sample(&mut exact_rng))
         .collect();
-    let mut mmd_rng = stream(sim.job.seed, MMD_STREAM);
+    let mut mmd_rng = stream(seed, MMD_STREAM);
     // After an early stop there may be too few draws (or all equal): report the rest.
     let mut mmd = |sample: &[Vec<f64>]| match diagnostics::mmd(sample, &reference, &mut mmd_rng) {
         Err(e) if result.interrupted.is_some() => {
@@ -648,13 +697,11 @@ async fn federate(
         }
         other => other.map(Some),
     };
-    let reference = ExactReference {
+    Ok(ExactReference {
         mean: exact.mean(),
         sd: exact.sd(),
         mmd_to_exact: mmd(&draws)?,
         mmd_baseline: mmd(&independent)?,
         draws: reference,
-    };
-
-    output::finish(out, model.name(), &result, Some(&reference))
+    })
 }

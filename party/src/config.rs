@@ -110,7 +110,7 @@ pub struct DataConfig {
     pub format: DataFormat,
     /// The SQLite or CSV file (empty for PostgreSQL).
     pub path: PathBuf,
-    /// SQLite table holding the rows (columns x1 … xd).
+    /// SQLite table holding the rows (the model's columns: x1 … xd, or a GLM's named ones).
     pub table: String,
 }
 
@@ -134,7 +134,7 @@ pub struct PostgresSource {
     /// libpq-style `key=value` pairs or a `postgresql://` URL, without a password: a config
     /// file gets copied and quoted, so one holding a password is refused.
     pub connection: String,
-    /// One statement whose columns are x1 … xd.
+    /// One statement whose columns are the model's, in order.
     pub query: String,
     /// Where the password is read at start; none for peer, trust or certificate logins.
     pub password: Option<PasswordSource>,

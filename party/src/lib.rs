@@ -48,7 +48,7 @@ pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
     let token = config.read_token()?;
     let ledger = ledger::Ledger::open(&config.ledger)?;
     let budget = budget::Budget::new(config.budget)?;
-    let data = store::load(&config.data, model.row_dim())?;
+    let data = store::load(&config.data, &model.columns())?;
     let node = PartyNode::new(
         config.name.clone(),
         model,

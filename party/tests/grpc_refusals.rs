@@ -28,7 +28,13 @@ fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
     let data = model.simulate(&spec.true_theta(), ROWS, &mut rng);
     let rows = dir.join("rows.sqlite");
     if !rows.exists() {
-        fedmcmc_party::store::write_sqlite(&rows, "rows", &data).unwrap();
+        fedmcmc_party::store::write_sqlite(
+            &rows,
+            "rows",
+            &data,
+            &fedmcmc_party::store::column_names(2),
+        )
+        .unwrap();
     }
     std::fs::write(dir.join("token"), TOKEN).unwrap();
     PartyConfig {

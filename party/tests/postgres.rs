@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fedmcmc_common::data::Columns;
+use fedmcmc_common::data::{ColumnSpec, Columns};
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{
@@ -88,7 +88,7 @@ impl<G> Server<G> {
 
     /// Loads `query` as rows of `d` values.
     fn load(&self, query: &str, d: usize) -> Result<Columns, StoreError> {
-        store::load_postgres(&self.source(query), d)
+        store::load_postgres(&self.source(query), &ColumnSpec::numbered(d))
     }
 
     /// Why loading `query` (2 columns) is refused; the message must not hold the password.
@@ -160,14 +160,20 @@ async fn loads_the_same_rows_as_sqlite_from_the_same_data() {
     let data = rows();
     put_table(&server.client().await, "same_rows", &data).await;
     let dir = tempfile::tempdir().unwrap();
-    store::write_sqlite(&dir.path().join("rows.sqlite"), "rows", &data).unwrap();
+    store::write_sqlite(
+        &dir.path().join("rows.sqlite"),
+        "rows",
+        &data,
+        &store::column_names(2),
+    )
+    .unwrap();
     let from_sqlite = store::load(
         &DataConfig {
             format: DataFormat::Sqlite,
             path: dir.path().join("rows.sqlite"),
             table: "rows".into(),
         },
-        2,
+        &ColumnSpec::numbered(2),
     )
     .unwrap();
     let from_postgres = store::load(
@@ -176,7 +182,7 @@ async fn loads_the_same_rows_as_sqlite_from_the_same_data() {
             path: Default::default(),
             table: Default::default(),
         },
-        2,
+        &ColumnSpec::numbered(2),
     )
     .unwrap();
     assert_same(&from_postgres, &from_sqlite);

@@ -18,9 +18,13 @@ impl Statistic for Gradient<'_> {
     /// Each row's tempered gradient lies in the ball of radius T·b_g (the clip bounds the
     /// untempered gradient, as the ratio's clip does), so one row moves the sum by at most
     /// 2·T·b_g in L2 norm under substitution and T·b_g under addition or removal (Räisä 2020,
-    /// Thm 4.2). Each entry of the sum is within n·T·b_g.
+    /// Thm 4.2). Each entry of the sum is within n·T·b_g. Where the model bounds every
+    /// admitted row's gradient norm ([`Model::gradient_bound`]), b_g is the smaller of that
+    /// and the run's, as for the ratio.
     fn bound(&self, public: &Public<'_>) -> Bound {
-        clipped_sum_bound(public, public.model.temperature() * self.clip)
+        let model = public.model.gradient_bound(self.theta);
+        let clip = model.map_or(self.clip, |m| self.clip.min(m));
+        clipped_sum_bound(public, public.model.temperature() * clip)
     }
 
     fn compute(

@@ -17,13 +17,19 @@ pub struct LogLikRatio<'a> {
 
 /// The per-row bound on the tempered term: the clip bounds the untempered ratio, as the
 /// thesis does (Räisä 2020, Lemma 3.4), so its published clip values transfer:
-/// T·clip(r_x, b) = clip(T·r_x, T·b).
+/// T·clip(r_x, b) = clip(T·r_x, T·b). Where the model bounds every admitted row's ratio
+/// from public facts ([`Model::ratio_bound`]: a GLM over bounded columns), b is the smaller
+/// of that and clip·‖θ′ − θ‖: a clip at the model's bound never binds, and the noise, a
+/// fixed multiple of the sensitivity, shrinks with it at the same privacy cost.
 pub(super) fn tempered_row_bound(
     public: &Public<'_>,
     theta: &[f64],
     theta_proposed: &[f64],
 ) -> f64 {
-    public.model.temperature() * clip::row_bound(public.clip, theta, theta_proposed)
+    let run = clip::row_bound(public.clip, theta, theta_proposed);
+    let model = public.model.ratio_bound(theta, theta_proposed);
+    // `f64::min` keeps the run's bound should the model's be NaN.
+    public.model.temperature() * model.map_or(run, |m| run.min(m))
 }
 
 impl Statistic for LogLikRatio<'_> {

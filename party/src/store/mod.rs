@@ -2,10 +2,15 @@
 //! CSV file or a PostgreSQL query, validated row by row as they arrive, and kept column-major
 //! in memory for the hot loop.
 //!
-//! Every source holds one column per data dimension named `x1 … xd`.
+//! A source holds the columns the model names ([`Model::columns`]: `x1 … xd` for the models
+//! that read by position, the configured feature and label columns for a GLM), and may hold
+//! others besides in SQLite and CSV. A value outside a column's public bounds refuses its row.
+//!
+//! [`Model::columns`]: fedmcmc_common::models::Model::columns
 use std::fmt::Display;
 
-use fedmcmc_common::data::Columns;
+pub use fedmcmc_common::data::column_names;
+use fedmcmc_common::data::{ColumnSpec, Columns};
 
 use crate::config::{DataConfig, DataFormat};
 
@@ -37,17 +42,12 @@ fn source_error(origin: impl Display, message: impl Display) -> StoreError {
     }
 }
 
-/// Column names for a row of `d` values.
-pub fn column_names(d: usize) -> Vec<String> {
-    (1..=d).map(|j| format!("x{j}")).collect()
-}
-
-/// Loads the configured data set, expecting `d` columns per row.
-pub fn load(config: &DataConfig, d: usize) -> Result<Columns, StoreError> {
+/// Loads the configured data set: the named `columns`, each row checked against their bounds.
+pub fn load(config: &DataConfig, columns: &[ColumnSpec]) -> Result<Columns, StoreError> {
     match &config.format {
-        DataFormat::Sqlite => load_sqlite(&config.path, &config.table, d),
-        DataFormat::Csv => load_csv(&config.path, d),
-        DataFormat::Postgres(source) => load_postgres(source, d),
+        DataFormat::Sqlite => load_sqlite(&config.path, &config.table, columns),
+        DataFormat::Csv => load_csv(&config.path, columns),
+        DataFormat::Postgres(source) => load_postgres(source, columns),
     }
 }
 
@@ -56,18 +56,25 @@ pub fn load(config: &DataConfig, d: usize) -> Result<Columns, StoreError> {
 struct ColumnBuilder {
     origin: String,
     names: Vec<String>,
+    bounds: Vec<Option<[f64; 2]>>,
     columns: Vec<Vec<f64>>,
     row: u64,
 }
 
 impl ColumnBuilder {
-    fn new(origin: impl ToString, d: usize) -> Self {
+    fn new(origin: impl ToString, columns: &[ColumnSpec]) -> Self {
         ColumnBuilder {
             origin: origin.to_string(),
-            names: column_names(d),
-            columns: vec![Vec::new(); d],
+            names: columns.iter().map(|c| c.name.clone()).collect(),
+            bounds: columns.iter().map(|c| c.bounds).collect(),
+            columns: vec![Vec::new(); columns.len()],
             row: 0,
         }
+    }
+
+    /// Columns per row.
+    fn d(&self) -> usize {
+        self.names.len()
     }
 
     fn names(&self) -> &[String] {
@@ -79,10 +86,16 @@ impl ColumnBuilder {
         self.row += 1;
     }
 
-    /// Appends the current row's value of column `j`, refusing one that is not finite.
+    /// Appends the current row's value of column `j`, refusing one that is not finite or
+    /// lies outside the column's public bounds.
     fn push(&mut self, j: usize, v: f64) -> Result<(), StoreError> {
         if !v.is_finite() {
             return Err(self.refuse(j, format!("is {v}, not a finite number")));
+        }
+        if let Some([lo, hi]) = self.bounds[j]
+            && !(lo..=hi).contains(&v)
+        {
+            return Err(self.refuse(j, format!("is {v}, outside its public bounds [{lo}, {hi}]")));
         }
         self.columns[j].push(v);
         Ok(())

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use fedmcmc_common::data::Columns;
+use fedmcmc_common::data::{ColumnSpec, Columns};
 use futures::TryStreamExt;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::Type;
@@ -53,13 +53,16 @@ pub fn client_config(source: &PostgresSource) -> Result<tokio_postgres::Config, 
     Ok(config)
 }
 
-/// Loads the rows of `source`'s query, expecting columns x1 … xd.
+/// Loads the rows of `source`'s query, whose columns must be the model's `columns`, in order.
 ///
 /// Runs on a thread of its own with its own runtime, so that it is synchronous like the
 /// other sources and may be called inside the party's runtime (at start-up) or outside any.
-pub fn load_postgres(source: &PostgresSource, d: usize) -> Result<Columns, StoreError> {
+pub fn load_postgres(
+    source: &PostgresSource,
+    columns: &[ColumnSpec],
+) -> Result<Columns, StoreError> {
     let mut config = client_config(source).map_err(|m| source_error("postgres", m))?;
-    let rows = ColumnBuilder::new(origin(&config), d);
+    let rows = ColumnBuilder::new(origin(&config), columns);
     if let Some(password) = &source.password {
         config.password(read_password(password).map_err(|m| rows.error(m))?);
     }
