@@ -120,25 +120,87 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     );
 }
 
+/// A row that is not a number, or (for a GLM over named columns) lies outside a column's
+/// public bounds, stops the party at start, naming the file, the row and the column.
 #[test]
 fn a_party_with_a_bad_row_refuses_to_start_and_says_where() {
+    let banana = "kind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n";
+    let glm = "kind = \"glm\"\nfamily = \"poisson\"\nprior_sd = [10.0]\n\
+               features = [{ name = \"age\", bounds = [18.0, 90.0] }]\n\
+               label = { name = \"visits\", bounds = [0.0, 20.0] }\n";
+    for (rows, model, expected) in [
+        ("x1,x2\n0.1,3.0\n0.2,oops\n", banana, &["row 2", "oops"][..]),
+        (
+            "id,visits,age\n1,3,40\n2,0,18\n3,2,95\n",
+            glm,
+            &["row 3: column age is 95, outside its public bounds [18, 90]"][..],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rows.csv"), rows).unwrap();
+        std::fs::write(dir.path().join("token"), "a-token-of-enough-length\n").unwrap();
+        std::fs::write(
+            dir.path().join("party.toml"),
+            format!(
+                "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"ledger.sqlite\"\nauth_token_file = \"token\"\ninsecure = true\n\
+                 [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
+                 [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
+                 [model]\n{model}"
+            ),
+        )
+        .unwrap();
+        let (ok, _, stderr) = run(Command::new(bin("party"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("party.toml")));
+        assert!(!ok);
+        assert!(
+            stderr.contains("rows.csv") && expected.iter().all(|e| stderr.contains(e)),
+            "{stderr}"
+        );
+    }
+}
+
+/// `simulate --model logistic-glm`: each party's SQLite holds the named columns, the run
+/// samples over them, and the summary has no exact reference (the model has none).
+#[test]
+fn simulate_runs_a_glm_over_named_columns() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("rows.csv"), "x1,x2\n0.1,3.0\n0.2,oops\n").unwrap();
-    std::fs::write(dir.path().join("token"), "a-token-of-enough-length\n").unwrap();
-    std::fs::write(
-        dir.path().join("party.toml"),
-        "name = \"p\"\nlisten = \"127.0.0.1:0\"\nledger = \"ledger.sqlite\"\nauth_token_file = \"token\"\ninsecure = true\n\
-         [budget]\nepsilon = 1.0\ndelta = 1e-6\n\
-         [data]\nformat = \"csv\"\npath = \"rows.csv\"\n\
-         [model]\nkind = \"banana\"\na = 20.0\nlik_var = [20.0, 2.5]\nprior_var = 1000.0\n",
-    )
-    .unwrap();
-    let (ok, _, stderr) = run(Command::new(bin("party"))
-        .args(["serve", "--config"])
-        .arg(dir.path().join("party.toml")));
-    assert!(!ok);
+    let out = dir.path().join("sim");
+    let (ok, stdout, stderr) = simulate(
+        &out,
+        &[
+            "--model",
+            "logistic-glm",
+            "--rows",
+            "3000",
+            "--iterations",
+            "200",
+            "--epsilon",
+            "50",
+            "--clip",
+            "1e6",
+        ],
+    );
+    assert!(ok, "simulate failed: {stderr}");
+    assert!(stdout.contains("theta.3"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert!(
-        stderr.contains("rows.csv") && stderr.contains("row 2") && stderr.contains("oops"),
-        "{stderr}"
+        summary.get("mmd_to_exact").is_none_or(|v| v.is_null()),
+        "{summary}"
+    );
+    let conn = rusqlite::Connection::open(out.join("parties/party-1/rows.sqlite")).unwrap();
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('rows')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(columns, ["feature1", "feature2", "label"]);
+    let toml = std::fs::read_to_string(out.join("parties/party-1/party.toml")).unwrap();
+    assert!(
+        toml.contains("kind = \"glm\"") && toml.contains("feature1"),
+        "{toml}"
     );
 }
