@@ -1390,3 +1390,50 @@ fn glm_specs_deserialise_and_are_validated_clearly() {
     );
     assert_eq!(family(Family::Poisson, Some([0.0, 5.0]), None), Ok(()));
 }
+
+/// The gaussian GLM's sufficient statistics (Yıldırım & Ermiş 2019, Alg. 3): ⟨S, φ(θ′) − φ(θ)⟩
+/// is the tempered log-likelihood ratio over the rows, each row's ‖T·s(x)‖ is within the
+/// public row bound (attained at a corner of the box), and the noisy ratio's variance is
+/// eq. 8's σ²‖φ(θ′) − φ(θ)‖². The other families have none.
+#[test]
+fn gaussian_glm_sufficient_statistics_give_the_ratio() {
+    let mut rng = ChaCha8Rng::seed_from_u64(24);
+    for spec in glm_specs() {
+        let model = spec.build().unwrap();
+        let Some(family) = model.sufficient_statistics() else {
+            assert!(!matches!(&spec, ModelSpec::Glm(g) if g.family == Family::Gaussian));
+            continue;
+        };
+        let d = model.dim();
+        let data = model.simulate(&spec.true_theta(), 500, &mut rng);
+        let stats = family.sum(&data);
+        assert_eq!(stats.len(), family.len());
+        for _ in 0..5 {
+            let theta = add(&spec.true_theta(), &normals(&mut rng, d, 0.5));
+            let prop = add(&theta, &normals(&mut rng, d, 0.5));
+            let naive: f64 = naive_ratios(&*model, &data, &theta, &prop).iter().sum();
+            let (ratio, variance) =
+                fedmcmc_common::models::noisy_log_lik_ratio(family, &stats, 2.0, &theta, &prop);
+            assert!(
+                (ratio - naive).abs() <= 1e-9 * naive.abs().max(1.0),
+                "{ratio} vs {naive}"
+            );
+            let c = family.ratio_coefficients(&theta, &prop);
+            assert_eq!(variance, 2.0 * c.iter().map(|c| c * c).sum::<f64>());
+        }
+        let corners = glm_corners(&*model);
+        let norms: Vec<f64> = rows(&corners)
+            .iter()
+            .map(|x| {
+                let one = Columns::from_rows(x.len(), &[x]).unwrap();
+                family.sum(&one).iter().map(|v| v * v).sum::<f64>().sqrt()
+            })
+            .collect();
+        let largest = norms.iter().fold(0.0f64, |m, v| m.max(*v));
+        let bound = family.row_bound();
+        assert!(
+            largest <= bound * (1.0 + 1e-12) && largest >= bound * (1.0 - 1e-12),
+            "{largest} vs {bound}"
+        );
+    }
+}

@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
 use super::{
-    ExactPosterior, Model, ModelError, check_finite, check_len, check_positive, check_true_theta,
-    default_temperature, fingerprint_of,
+    ExactPosterior, Model, ModelError, SufficientStatistics, check_finite, check_len,
+    check_positive, check_true_theta, default_temperature, fingerprint_of,
 };
 use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::{ColumnSpec, Columns};
@@ -690,6 +690,29 @@ impl Model for Glm {
         if self.family != Family::Gaussian {
             return None;
         }
+        let dim = self.dim();
+        let (gram, cross) = self.design_products(data);
+        let w = self.temperature / self.noise_var;
+        let precision = DMatrix::from_fn(dim, dim, |i, j| {
+            w * gram[(i, j)] + if i == j { self.prior_precision[i] } else { 0.0 }
+        });
+        let cov = precision.cholesky()?.inverse();
+        let rhs = DVector::from_fn(dim, |i, _| {
+            self.prior_precision[i] * self.prior_mean[i] + w * cross[i]
+        });
+        let mean = &cov * rhs;
+        Some(Box::new(MvNormal::new(mean, cov)?))
+    }
+
+    fn sufficient_statistics(&self) -> Option<&dyn SufficientStatistics> {
+        (self.family == Family::Gaussian).then_some(self as &dyn SufficientStatistics)
+    }
+}
+
+impl Glm {
+    /// X̃ᵀX̃ and X̃ᵀy over the rows of `data`, X̃ the design (a column of ones first with an
+    /// intercept).
+    fn design_products(&self, data: &Columns) -> (DMatrix<f64>, Vec<f64>) {
         let (dim, first) = (self.dim(), usize::from(self.intercept));
         let ones = vec![1.0; data.n()];
         let column = |k: usize| {
@@ -700,16 +723,75 @@ impl Model for Glm {
             }
         };
         let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
-        let w = self.temperature / self.noise_var;
         let labels = self.labels(data);
-        let precision = DMatrix::from_fn(dim, dim, |i, j| {
-            w * dot(column(i), column(j)) + if i == j { self.prior_precision[i] } else { 0.0 }
-        });
-        let cov = precision.cholesky()?.inverse();
-        let rhs = DVector::from_fn(dim, |i, _| {
-            self.prior_precision[i] * self.prior_mean[i] + w * dot(column(i), labels)
-        });
-        let mean = &cov * rhs;
-        Some(Box::new(MvNormal::new(mean, cov)?))
+        (
+            DMatrix::from_fn(dim, dim, |i, j| dot(column(i), column(j))),
+            (0..dim).map(|i| dot(column(i), labels)).collect(),
+        )
+    }
+
+    /// The pairs (a, b), a ≤ b, of the upper triangle of X̃ᵀX̃, in the order S holds them.
+    fn upper_pairs(&self) -> impl Iterator<Item = (usize, usize)> {
+        let dim = self.dim();
+        (0..dim).flat_map(move |a| (a..dim).map(move |b| (a, b)))
+    }
+
+    /// max |x̃ₐ| over the box: 1 for the intercept's column.
+    fn max_abs_design(&self) -> Vec<f64> {
+        let intercept = self.intercept.then_some(1.0);
+        intercept
+            .into_iter()
+            .chain(self.max_abs.iter().copied())
+            .collect()
+    }
+}
+
+/// The gaussian family as an exponential family in its rows: with η = x̃ᵀθ,
+/// T·ℓ = (T/σ²)(y·x̃ᵀθ − ½ θᵀx̃x̃ᵀθ) + terms free of θ, so s(x) = (x̃·y, the upper triangle of
+/// x̃x̃ᵀ), scaled by T/σ² through φ: S holds T·X̃ᵀy then T·(X̃ᵀX̃)ₐᵦ for a ≤ b. (Σ y², the other
+/// sufficient statistic of the family, is free of θ and cancels from every ratio, so it is
+/// not released.)
+impl SufficientStatistics for Glm {
+    fn len(&self) -> usize {
+        let dim = self.dim();
+        dim + dim * (dim + 1) / 2
+    }
+
+    fn sum(&self, data: &Columns) -> Vec<f64> {
+        let (gram, cross) = self.design_products(data);
+        let t = self.temperature;
+        cross
+            .iter()
+            .map(|c| t * c)
+            .chain(self.upper_pairs().map(|(a, b)| t * gram[(a, b)]))
+            .collect()
+    }
+
+    /// T·‖s(x)‖ at its largest over the box: |x̃ₐ·y| ≤ mₐ·max|y| and |x̃ₐx̃ᵦ| ≤ mₐmᵦ with
+    /// mₐ = max|x̃ₐ|.
+    fn row_bound(&self) -> f64 {
+        let m = self.max_abs_design();
+        let y = self.label[0].abs().max(self.label[1].abs());
+        let sq: f64 = m.iter().map(|ma| (ma * y).powi(2)).sum::<f64>()
+            + self
+                .upper_pairs()
+                .map(|(a, b)| (m[a] * m[b]).powi(2))
+                .sum::<f64>();
+        self.temperature * sq.sqrt()
+    }
+
+    /// (θ′ − θ)/σ² for X̃ᵀy; −(θ′ₐθ′ᵦ − θₐθᵦ)/σ² for a < b and half that for a = b, from
+    /// −½θᵀMθ = −½Σₐ Mₐₐθₐ² − Σₐ₍ᵦ Mₐᵦθₐθᵦ.
+    fn ratio_coefficients(&self, theta: &[f64], theta_prop: &[f64]) -> Vec<f64> {
+        let precision = 1.0 / self.noise_var;
+        theta
+            .iter()
+            .zip(theta_prop)
+            .map(|(t, u)| precision * (u - t))
+            .chain(self.upper_pairs().map(|(a, b)| {
+                let weight = if a == b { 0.5 } else { 1.0 };
+                -weight * precision * (theta_prop[a] * theta_prop[b] - theta[a] * theta[b])
+            }))
+            .collect()
     }
 }

@@ -18,12 +18,14 @@ mod glm;
 mod grid;
 mod mixture;
 mod mvn;
+mod sufficient;
 
 pub use banana::{Banana, BananaSpec};
 pub use gaussian::{Gaussian, GaussianSpec};
 pub use glm::{Family, Glm, GlmColumn, GlmSpec};
 pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
 pub use mixture::{Mixture, MixtureSpec};
+pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};
 
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
@@ -107,6 +109,11 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// [`Model::ratio_bound`] is for the ratio: a party clips each row's gradient at the
     /// smaller of this and the run's gradient clip.
     fn gradient_bound(&self, _theta: &[f64]) -> Option<f64> {
+        None
+    }
+    /// The model as an exponential family in its rows, if it is one ([`SufficientStatistics`]:
+    /// the `sufficient-statistics` variant); `None` (the default) where it is not.
+    fn sufficient_statistics(&self) -> Option<&dyn SufficientStatistics> {
         None
     }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).
