@@ -27,14 +27,23 @@ pub const MINIBATCH_PENALTY: &str = "minibatch-penalty";
 pub const BARKER: &str = "barker";
 pub const HMC: &str = "hmc";
 pub const INITIALISER: &str = "initialiser";
+pub const SUFFICIENT_STATISTICS: &str = "sufficient-statistics";
 
 /// The variants a party serves under its neighbour relation: the minibatch ones rest on
 /// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5); the full-data ones
-/// are clipped sums, whose sensitivity each relation bounds.
+/// are clipped sums, whose sensitivity each relation bounds. `sufficient-statistics` needs a
+/// model that has them ([`PartyNode`] lists it only then).
 pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
     match neighbours {
-        Neighbours::Substitute => &[FULL_PENALTY, MINIBATCH_PENALTY, BARKER, HMC, INITIALISER],
-        Neighbours::AddRemove => &[FULL_PENALTY, HMC, INITIALISER],
+        Neighbours::Substitute => &[
+            FULL_PENALTY,
+            MINIBATCH_PENALTY,
+            BARKER,
+            HMC,
+            INITIALISER,
+            SUFFICIENT_STATISTICS,
+        ],
+        Neighbours::AddRemove => &[FULL_PENALTY, HMC, INITIALISER, SUFFICIENT_STATISTICS],
     }
 }
 
@@ -48,15 +57,22 @@ pub fn mechanism_of(
     let kind = match (variant, batch, population) {
         // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2), and
         // the clipped gradient sums of DP HMC and the initialiser: each release a Gaussian
-        // mechanism, composed heterogeneously (Räisä 2020, Thm 4.3).
-        (FULL_PENALTY | HMC | INITIALISER, None, None) => MechanismKind::Gaussian,
+        // mechanism, composed heterogeneously (Räisä 2020, Thm 4.3); and the sufficient
+        // statistics' sum over all rows (Yıldırım & Ermiş 2019, Alg. 3), a Gaussian mechanism
+        // on a vector.
+        (FULL_PENALTY | HMC | INITIALISER | SUFFICIENT_STATISTICS, None, None) => {
+            MechanismKind::Gaussian
+        }
         // A Gaussian release on a batch drawn without replacement (Räisä 2020, Thm 3.5).
         (MINIBATCH_PENALTY, Some(batch), Some(population)) => {
             MechanismKind::BatchGaussian { batch, population }
         }
         // One DP Barker iteration (Räisä 2020, Thm 3.3).
         (BARKER, Some(batch), Some(population)) => MechanismKind::DpBarker { batch, population },
-        (FULL_PENALTY | MINIBATCH_PENALTY | BARKER | HMC | INITIALISER, ..) => {
+        (
+            FULL_PENALTY | MINIBATCH_PENALTY | BARKER | HMC | INITIALISER | SUFFICIENT_STATISTICS,
+            ..,
+        ) => {
             return Err(format!(
                 "a {variant} run with a batch of {batch:?} out of {population:?}"
             ));
@@ -416,6 +432,9 @@ pub struct PartyNode {
     pub(crate) name: String,
     pub(crate) model: Arc<dyn Model>,
     pub(crate) data: Columns,
+    /// The rows' sufficient statistics, summed once at start where the model has them:
+    /// each `sufficient-statistics` release noises this sum afresh.
+    pub(crate) sufficient: Option<Vec<f64>>,
     pub(crate) neighbours: Neighbours,
     pub(crate) budget: Budget,
     pub(crate) ledger: Ledger,
@@ -508,10 +527,12 @@ impl PartyNode {
             )?;
             runs.charge(&variant, mechanism, noise_multiplier, releases);
         }
+        let sufficient = model.sufficient_statistics().map(|s| s.sum(&data));
         Ok(PartyNode {
             name,
             model,
             data,
+            sufficient,
             neighbours,
             budget,
             ledger,
@@ -581,7 +602,7 @@ impl PartyNode {
             model_fingerprint: self.model.fingerprint(),
             dim: self.model.dim(),
             rows: self.data.n() as u64,
-            variants: variants_served(self.neighbours).to_vec(),
+            variants: self.variants(),
             neighbours: self.neighbours,
             epsilon: self.budget.epsilon,
             delta: self.budget.delta,
@@ -611,6 +632,16 @@ impl PartyNode {
         })
     }
 
+    /// The variants this node serves: those of its neighbour relation, less
+    /// `sufficient-statistics` where the model has none.
+    pub fn variants(&self) -> Vec<&'static str> {
+        variants_served(self.neighbours)
+            .iter()
+            .copied()
+            .filter(|v| *v != SUFFICIENT_STATISTICS || self.sufficient.is_some())
+            .collect()
+    }
+
     /// The plan's mechanism, releases and noise request, or why it is refused.
     fn check_plan(&self, plan: &Plan, fingerprint: &str) -> Result<Checked, PartyError> {
         let invalid = |m: String| Err(PartyError::InvalidArgument(m));
@@ -621,10 +652,15 @@ impl PartyNode {
                 self.model.fingerprint()
             )));
         }
-        let served = variants_served(self.neighbours);
+        let served = self.variants();
         let variant = plan.variant.as_str();
         if !served.contains(&variant) {
-            let why = if variants_served(Neighbours::Substitute).contains(&variant) {
+            let why = if variant == SUFFICIENT_STATISTICS {
+                format!(
+                    "the {} model has no sufficient statistics",
+                    self.model.name()
+                )
+            } else if variants_served(Neighbours::Substitute).contains(&variant) {
                 format!(
                     "the {variant} variant's privacy bounds hold for substitute neighbours, and this party states its guarantee under {} neighbours",
                     self.neighbours.as_str()

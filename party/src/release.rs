@@ -29,8 +29,8 @@
 //!    not depend on the rows either.
 //!
 //! Every query goes through [`PartyNode::step`] (the statistics are in `statistics/`: the
-//! full-data and minibatch log-likelihood ratios, DP Barker's; gradient and
-//! sufficient-statistics queries to come) and is tested by the neighbouring-rows harness in
+//! full-data and minibatch log-likelihood ratios, DP Barker's, the clipped gradient and the
+//! sufficient statistics) and is tested by the neighbouring-rows harness in
 //! `party/tests/contract/`.
 //!
 //! A retry of the last (run, chain, step) with bit-identical inputs gets the stored answer,
@@ -158,8 +158,12 @@ impl PartyNode {
                 run.chains.len()
             ))
         })?;
-        let (statistic, noise_multiplier) =
-            query.statistic(self.model.as_ref(), &run.terms, key.step)?;
+        let (statistic, noise_multiplier) = query.statistic(
+            self.model.as_ref(),
+            &run.terms,
+            key.step,
+            self.sufficient.as_deref(),
+        )?;
         let mut chain = chain.lock().await;
         if let Some(answer) = replay(&chain, key, &inputs)? {
             return Ok(answer);

@@ -19,7 +19,7 @@ use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::node::{
     BARKER, FULL_PENALTY, HMC, HmcPlan, INITIALISER, MINIBATCH_PENALTY, PartyNode, Plan,
-    variants_served,
+    SUFFICIENT_STATISTICS,
 };
 use crate::release::StepKey;
 use crate::statistics::Query;
@@ -52,7 +52,7 @@ pub fn variant_name(v: pb::Variant) -> &'static str {
         pb::Variant::MinibatchPenalty => MINIBATCH_PENALTY,
         pb::Variant::Barker => BARKER,
         pb::Variant::Hmc => HMC,
-        pb::Variant::SufficientStatistics => "sufficient-statistics",
+        pb::Variant::SufficientStatistics => SUFFICIENT_STATISTICS,
         pb::Variant::Initialiser => INITIALISER,
     }
 }
@@ -65,6 +65,7 @@ pub fn variant_from_name(name: &str) -> pb::Variant {
         BARKER => pb::Variant::Barker,
         HMC => pb::Variant::Hmc,
         INITIALISER => pb::Variant::Initialiser,
+        SUFFICIENT_STATISTICS => pb::Variant::SufficientStatistics,
         _ => pb::Variant::Unspecified,
     }
 }
@@ -108,6 +109,9 @@ async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution
             theta_proposed: &q.theta_proposed,
         },
         Some(pb::step_request::Query::Gradient(q)) => Query::Gradient { theta: &q.theta },
+        Some(pb::step_request::Query::SufficientStatistics(_)) => Query::SufficientStatistics {
+            entries: node.sufficient.as_ref().map_or(0, Vec::len),
+        },
         None => {
             return Err(Status::invalid_argument(
                 "the step request carries no query",
@@ -180,7 +184,7 @@ impl Party for PartyService {
             Status::unimplemented(format!(
                 "variant number {} is not a variant of {PROTOCOL_VERSION}; this party serves {}",
                 plan.variant,
-                variants_served(self.node.neighbours).join(", ")
+                self.node.variants().join(", ")
             ))
         })?;
         let grant = self

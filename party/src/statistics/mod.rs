@@ -12,12 +12,15 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::error::PartyError;
 use crate::ledger::RunTerms;
-use crate::node::{BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY};
+use crate::node::{
+    BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS,
+};
 use crate::release::Bound;
 
 pub mod gradient;
 pub mod log_lik_ratio;
 pub mod minibatch;
+pub mod sufficient;
 
 pub use gradient::Gradient;
 pub use log_lik_ratio::LogLikRatio;
@@ -45,6 +48,9 @@ pub enum Query<'a> {
     },
     /// T·Σ_x clip_{b_g}(∇ℓ(x|θ)) over all rows (DP HMC's leapfrog, the private initialiser).
     Gradient { theta: &'a [f64] },
+    /// The sufficient statistics T·Σ_x s(x), `entries` of them (Yıldırım & Ermiş 2019,
+    /// Alg. 3): the same at every step, noised afresh.
+    SufficientStatistics { entries: usize },
 }
 
 /// The wire names of the queries.
@@ -52,12 +58,14 @@ const LOG_LIK_RATIO: &str = "log_lik_ratio";
 const MINIBATCH_LOG_LIK_RATIO: &str = "minibatch_log_lik_ratio";
 const BARKER_LOG_LIK_RATIO: &str = "barker_log_lik_ratio";
 const GRADIENT: &str = "gradient";
+const SUFFICIENT: &str = "sufficient_statistics";
 
 impl<'a> Query<'a> {
     /// Entries in the released vector: one per parameter for a gradient, else one.
     pub fn released_len(&self) -> usize {
         match self {
             Query::Gradient { theta } => theta.len(),
+            Query::SufficientStatistics { entries } => *entries,
             _ => 1,
         }
     }
@@ -66,6 +74,7 @@ impl<'a> Query<'a> {
     fn thetas(&self) -> (&'a [f64], &'a [f64]) {
         match *self {
             Query::Gradient { theta } => (theta, &[]),
+            Query::SufficientStatistics { .. } => (&[], &[]),
             Query::LogLikRatio {
                 theta,
                 theta_proposed,
@@ -95,17 +104,20 @@ impl<'a> Query<'a> {
             Query::MinibatchLogLikRatio { .. } => MINIBATCH_LOG_LIK_RATIO,
             Query::BarkerLogLikRatio { .. } => BARKER_LOG_LIK_RATIO,
             Query::Gradient { .. } => GRADIENT,
+            Query::SufficientStatistics { .. } => SUFFICIENT,
         }
     }
 
     /// The statistic that answers this query at `step` of a chain of a run with `terms`, and
     /// the noise multiplier of its release, after the public checks of the query's
-    /// parameters and of its fit to the run's variant and the step.
+    /// parameters and of its fit to the run's variant and the step. `summed` is the
+    /// party's summed sufficient statistics, if its model has them.
     pub(crate) fn statistic(
         &self,
         model: &dyn Model,
         terms: &RunTerms,
         step: u64,
+        summed: Option<&'a [f64]>,
     ) -> Result<(Box<dyn Statistic + Send + Sync + 'a>, f64), PartyError> {
         let expected = expected_query(terms, step)?;
         if self.name() != expected {
@@ -116,9 +128,13 @@ impl<'a> Query<'a> {
             )));
         }
         let (theta, theta_proposed) = self.thetas();
-        check_theta(model, "theta", theta)?;
-        if !matches!(self, Query::Gradient { .. }) {
-            check_theta(model, "theta_proposed", theta_proposed)?;
+        match self {
+            Query::SufficientStatistics { .. } => {}
+            Query::Gradient { .. } => check_theta(model, "theta", theta)?,
+            _ => {
+                check_theta(model, "theta", theta)?;
+                check_theta(model, "theta_proposed", theta_proposed)?;
+            }
         }
         let batch = || {
             terms.batch_size.ok_or_else(|| {
@@ -145,6 +161,27 @@ impl<'a> Query<'a> {
                     ))
                 })?;
                 (Box::new(Gradient { theta, clip }), multiplier)
+            }
+            Query::SufficientStatistics { entries } => {
+                let (Some(sums), Some(family)) = (summed, model.sufficient_statistics()) else {
+                    return Err(PartyError::FailedPrecondition(format!(
+                        "the {} model has no sufficient statistics",
+                        model.name()
+                    )));
+                };
+                if *entries != sums.len() {
+                    return Err(PartyError::InvalidArgument(format!(
+                        "the query asks for {entries} sufficient statistics; this party's model has {}",
+                        sums.len()
+                    )));
+                }
+                (
+                    Box::new(sufficient::Sufficient {
+                        sums,
+                        row_bound: family.row_bound(),
+                    }),
+                    ratio_multiplier,
+                )
             }
             Query::MinibatchLogLikRatio { .. } => (
                 Box::new(MinibatchRatio(BatchRatio {
@@ -182,6 +219,7 @@ fn expected_query(terms: &RunTerms, step: u64) -> Result<&'static str, PartyErro
         MINIBATCH_PENALTY => MINIBATCH_LOG_LIK_RATIO,
         BARKER => BARKER_LOG_LIK_RATIO,
         INITIALISER => GRADIENT,
+        SUFFICIENT_STATISTICS => SUFFICIENT,
         HMC => {
             let per_iteration = terms.releases_per_iteration();
             if step % per_iteration == per_iteration - 1 {

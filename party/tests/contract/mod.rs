@@ -47,6 +47,8 @@ pub enum QueryKind {
     Minibatch,
     Barker,
     Gradient,
+    /// The sufficient statistics, which carry no θ.
+    Sufficient,
 }
 
 /// Which run a call names.
@@ -120,6 +122,12 @@ impl Subject {
             runs: Vec::new(),
             next_step: Default::default(),
         }
+    }
+
+    /// What the party says of itself.
+    pub async fn describe(&self) -> pb::DescribeResponse {
+        let req = Request::new(pb::DescribeRequest {});
+        self.service.describe(req).await.unwrap().into_inner()
     }
 
     fn run_id(&self, run: RunRef) -> String {
@@ -211,6 +219,9 @@ impl Subject {
                                     theta: theta.clone(),
                                 })
                             }
+                            QueryKind::Sufficient => pb::step_request::Query::SufficientStatistics(
+                                pb::SufficientStatisticsQuery {},
+                            ),
                         }
                     }),
                 };
@@ -275,9 +286,28 @@ pub struct Tally {
 /// pair per [`SUBSTITUTES`] entry, failing at the first call a pair decides differently;
 /// returns each pair's tally, for assertions that the battery exercised both outcomes.
 pub async fn decided_alike(rows: usize, calls: &[Call], budget: BudgetConfig) -> Vec<Tally> {
-    let mut tallies = Vec::with_capacity(SUBSTITUTES.len());
-    for substitute in SUBSTITUTES {
-        let mut pair = Neighbouring::banana(rows, ROW, substitute, budget);
+    let substitutes = SUBSTITUTES.map(|s| s.to_vec());
+    decided_alike_for(
+        &ModelSpec::flat_banana(2),
+        &substitutes,
+        rows,
+        calls,
+        budget,
+    )
+    .await
+}
+
+/// [`decided_alike`] for any model, its row [`ROW`] replaced by each of `substitutes`.
+pub async fn decided_alike_for(
+    spec: &ModelSpec,
+    substitutes: &[Vec<f64>],
+    rows: usize,
+    calls: &[Call],
+    budget: BudgetConfig,
+) -> Vec<Tally> {
+    let mut tallies = Vec::with_capacity(substitutes.len());
+    for substitute in substitutes {
+        let mut pair = Neighbouring::new(spec, rows, ROW, substitute, budget);
         let decisions = pair.same_decisions(calls).await;
         let count = |f: fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
         tallies.push(Tally {
@@ -300,18 +330,28 @@ pub struct Neighbouring {
 impl Neighbouring {
     /// `n` rows of the flat banana (d = 2); party B's row `row` is replaced by `substitute`.
     pub fn banana(n: usize, row: usize, substitute: [f64; 2], budget: BudgetConfig) -> Self {
-        let spec = ModelSpec::flat_banana(2);
+        Self::new(&ModelSpec::flat_banana(2), n, row, &substitute, budget)
+    }
+
+    /// `n` rows simulated from `spec`; party B's row `row` is replaced by `substitute`.
+    pub fn new(
+        spec: &ModelSpec,
+        n: usize,
+        row: usize,
+        substitute: &[f64],
+        budget: BudgetConfig,
+    ) -> Self {
         let model: Arc<dyn Model> = spec.build().unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
         let rows = model.simulate(&spec.true_theta(), n, &mut rng);
-        let mut columns: Vec<Vec<f64>> = (0..2).map(|j| rows.col(j).to_vec()).collect();
+        let mut columns: Vec<Vec<f64>> = (0..rows.d()).map(|j| rows.col(j).to_vec()).collect();
         for (j, v) in substitute.iter().enumerate() {
             columns[j][row] = *v;
         }
         let other = Columns::from_columns(columns).unwrap();
         Neighbouring {
-            a: Subject::new(rows, &spec, budget),
-            b: Subject::new(other, &spec, budget),
+            a: Subject::new(rows, spec, budget),
+            b: Subject::new(other, spec, budget),
             fingerprint: model.fingerprint(),
         }
     }
@@ -391,6 +431,15 @@ pub fn initialiser_plan(
     pb::RunPlan {
         variant: pb::Variant::Initialiser as i32,
         ..plan(chains, steps, gradient_clip, noise)
+    }
+}
+
+/// A sufficient-statistics plan: `steps` releases per chain at τ (its clip, checked as any
+/// ratio plan's, plays no part: the model's column bounds give the sensitivity).
+pub fn sufficient_plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::SufficientStatistics as i32,
+        ..plan(chains, steps, 1.0, noise)
     }
 }
 
