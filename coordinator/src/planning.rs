@@ -38,7 +38,8 @@ pub fn plan(
         return Err(format!("tau must be a positive number, got {t}"));
     }
     match (variant, tau, iterations) {
-        (Variant::Penalty, ..) | (Variant::Hmc { .. }, Some(_), _) => {}
+        (Variant::Penalty | Variant::SufficientStatistics, ..)
+        | (Variant::Hmc { .. }, Some(_), _) => {}
         (Variant::Hmc { .. }, None, _) => {
             return Err(
                 "the hmc variant needs --tau for its ratio releases: the parties do not calibrate its two noises (--gradient-tau sets the other)".into(),

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::federation::{Federation, FederationError, PartyHandle};
 use crate::interrupt::Stop;
-use crate::kernels::{Barker, ChainLink, Hmc, Kernel, Penalty};
+use crate::kernels::{Barker, ChainLink, Hmc, Kernel, Penalty, Ratio};
 use crate::variant::Variant;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -294,10 +294,21 @@ pub async fn sample<P: PartyHandle>(
     };
     let (sd, target) = (config.proposal_sd, config.target_accept);
     let tasks = match config.variant {
-        Variant::Penalty | Variant::MinibatchPenalty { .. } => {
-            let minibatch = config.variant != Variant::Penalty;
-            chains
-                .spawn(|| Penalty::new(Arc::clone(&model), sd, target, config.penalise, minibatch))
+        Variant::Penalty | Variant::MinibatchPenalty { .. } | Variant::SufficientStatistics => {
+            let ratio = match config.variant {
+                Variant::Penalty => Ratio::Full,
+                Variant::MinibatchPenalty { .. } => Ratio::Minibatch,
+                _ => {
+                    if model.sufficient_statistics().is_none() {
+                        return Err(SampleError::Config(format!(
+                            "the sufficient-statistics variant needs a model with sufficient statistics (the gaussian GLM); the {} model has none",
+                            model.name()
+                        )));
+                    }
+                    Ratio::Sufficient
+                }
+            };
+            chains.spawn(|| Penalty::new(Arc::clone(&model), sd, target, config.penalise, ratio))
         }
         Variant::Barker { c, .. } => {
             let fit =

@@ -149,8 +149,9 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub iterations: Option<u64>,
     /// Sampler: the full-data DP penalty (Yıldırım & Ermiş 2019), the minibatch DP penalty
-    /// (Räisä 2020, Sec. 3.4), DP Barker (Heikkilä et al. 2019) or DP HMC (Räisä 2020,
-    /// Alg. 4) [default: penalty].
+    /// (Räisä 2020, Sec. 3.4), DP Barker (Heikkilä et al. 2019), DP HMC (Räisä 2020,
+    /// Alg. 4), or the penalty on noisy sufficient statistics (Yıldırım & Ermiş 2019, Alg. 3;
+    /// the gaussian GLM) [default: penalty].
     #[arg(long, value_enum)]
     pub variant: Option<VariantName>,
     /// Minibatch variants: rows per step over the whole federation, split among the parties
@@ -339,7 +340,7 @@ impl Simulation {
         };
         initialiser.check().map_err(anyhow::Error::msg)?;
         let default_tau = match variant {
-            Variant::Penalty if iterations.is_none() => Some(0.1),
+            Variant::Penalty | Variant::SufficientStatistics if iterations.is_none() => Some(0.1),
             Variant::Hmc { .. } => Some(0.1),
             _ => None,
         };

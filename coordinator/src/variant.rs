@@ -3,7 +3,7 @@
 //! accountant entry (`party/src/node.rs::mechanism_of`) and a kernel (`kernels/`).
 use fedmcmc_common::accountant;
 use fedmcmc_common::barker::CorrectionFit;
-use fedmcmc_party::node::{BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY};
+use fedmcmc_party::node::{BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS};
 use serde::Serialize;
 
 use crate::federation::{HmcPlan, NoiseChoice, PartyInfo, RunPlan};
@@ -20,6 +20,9 @@ pub enum VariantName {
     Barker,
     /// DP HMC with noisy clipped gradients (Räisä 2020, Alg. 4).
     Hmc,
+    /// The DP penalty on noisy sufficient statistics (Yıldırım & Ermiş 2019, Alg. 3): the
+    /// gaussian GLM's.
+    SufficientStatistics,
 }
 
 /// The rows per step over the whole federation when none is given: the papers' b (Heikkilä
@@ -70,6 +73,10 @@ pub enum Variant {
         gradient_clip: f64,
         gradient_tau: f64,
     },
+    /// Each party's noisy sufficient statistics at every step, the ratio and its variance
+    /// computed from their sum; the sensitivity follows from the model's column bounds, so
+    /// the run's clip plays no part.
+    SufficientStatistics,
 }
 
 impl Variant {
@@ -95,6 +102,15 @@ impl Variant {
             );
         }
         Ok(match name {
+            VariantName::SufficientStatistics => {
+                no_c("sufficient-statistics")?;
+                if let Some(b) = batch_size {
+                    return Err(format!(
+                        "--batch-size {b} applies to the minibatch-penalty and barker variants; the sufficient-statistics variant uses every row"
+                    ));
+                }
+                Variant::SufficientStatistics
+            }
             VariantName::Penalty => {
                 no_c("penalty")?;
                 if let Some(b) = batch_size {
@@ -178,7 +194,7 @@ impl Variant {
         let sqrt_n = (rows as f64).sqrt();
         let ratio = accountant::mu_per_release(tau * sqrt_n);
         match *self {
-            Variant::Penalty => Some(ratio),
+            Variant::Penalty | Variant::SufficientStatistics => Some(ratio),
             Variant::Hmc {
                 leapfrog_steps,
                 gradient_tau,
@@ -199,6 +215,7 @@ impl Variant {
             Variant::MinibatchPenalty { .. } => "minibatch-penalty",
             Variant::Barker { .. } => "barker",
             Variant::Hmc { .. } => "hmc",
+            Variant::SufficientStatistics => "sufficient-statistics",
         }
     }
 
@@ -209,6 +226,7 @@ impl Variant {
             Variant::MinibatchPenalty { .. } => MINIBATCH_PENALTY,
             Variant::Barker { .. } => BARKER,
             Variant::Hmc { .. } => HMC,
+            Variant::SufficientStatistics => SUFFICIENT_STATISTICS,
         }
     }
 
@@ -216,6 +234,10 @@ impl Variant {
     pub fn describe(&self) -> String {
         match self {
             Variant::Penalty => "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".into(),
+            Variant::SufficientStatistics => {
+                "DP penalty on noisy sufficient statistics, federated (Yıldırım & Ermiş 2019, Alg. 3)"
+                    .into()
+            }
             Variant::MinibatchPenalty { batch_size } => format!(
                 "minibatch DP penalty, federated (Räisä 2020, Sec. 3.4): {batch_size} rows per step"
             ),
@@ -257,7 +279,9 @@ impl Variant {
             hmc: None,
         };
         let (batch, min) = match *self {
-            Variant::Penalty => return Ok(vec![base; parties.len()]),
+            Variant::Penalty | Variant::SufficientStatistics => {
+                return Ok(vec![base; parties.len()]);
+            }
             Variant::Hmc {
                 leapfrog_steps,
                 gradient_clip,
@@ -354,6 +378,12 @@ mod tests {
     fn parameters_belong_to_their_variant() {
         let none = HmcOptions::default();
         assert!(Variant::new(VariantName::Penalty, Some(10), None, none).is_err());
+        assert!(Variant::new(VariantName::SufficientStatistics, Some(10), None, none).is_err());
+        assert!(Variant::new(VariantName::SufficientStatistics, None, Some(2.0), none).is_err());
+        assert_eq!(
+            Variant::new(VariantName::SufficientStatistics, None, None, none),
+            Ok(Variant::SufficientStatistics)
+        );
         assert!(Variant::new(VariantName::MinibatchPenalty, None, Some(2.0), none).is_err());
         assert!(
             Variant::new(VariantName::Barker, None, Some(1.5), none)

@@ -352,5 +352,8 @@ fn wire_query(query: Query<'_>) -> pb::step_request::Query {
         Query::Gradient { theta } => Wire::Gradient(pb::GradientQuery {
             theta: theta.to_vec(),
         }),
+        Query::SufficientStatistics { .. } => {
+            Wire::SufficientStatistics(pb::SufficientStatisticsQuery {})
+        }
     }
 }

@@ -17,7 +17,7 @@ mod walk;
 
 pub use barker::Barker;
 pub use hmc::Hmc;
-pub use penalty::Penalty;
+pub use penalty::{Penalty, Ratio};
 
 /// One chain's line to the federation: numbers its releases 0, 1, 2, … in the order the
 /// kernel asks, so a kernel that asks several queries per iteration (HMC's gradients) needs

@@ -2,37 +2,51 @@
 //! Gaussian random walk proposes θ′, the federation releases Σᵢ d̂ᵢ and Σᵢ σᵢ², and the
 //! penalty test of `fedmcmc_common::acceptance` decides. With `minibatch` each party
 //! releases its batch estimate less half its variance instead (Räisä 2020, Sec. 3.4), and the
-//! same test decides.
+//! same test decides. With sufficient statistics each party releases its noisy statistics and
+//! the ratio and its variance follow from their sum (Yıldırım & Ermiş 2019, Alg. 3, eq. 8).
 use std::sync::Arc;
 
 use fedmcmc_common::acceptance::PenaltyTerms;
-use fedmcmc_common::models::Model;
+use fedmcmc_common::models::{Model, noisy_log_lik_ratio};
 use rand_chacha::ChaCha8Rng;
 
 use super::walk::Walk;
 use super::{ChainLink, Kernel, LinkError, Transition};
 use crate::federation::{PartyHandle, Query};
 
+/// Which release the penalty test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ratio {
+    /// The clipped ratio over all rows.
+    Full,
+    /// The minibatch estimate less half its variance.
+    Minibatch,
+    /// The ratio from the federation's noisy sufficient statistics.
+    Sufficient,
+}
+
 pub struct Penalty {
+    model: Arc<dyn Model>,
     walk: Walk,
     /// Apply the −½Σσᵢ² penalty; off only in tests that show the uncorrected chain is wrong.
     penalise: bool,
-    /// Ask for the minibatch ratio instead of the full-data one.
-    minibatch: bool,
+    ratio: Ratio,
 }
 
 impl Penalty {
+    /// With `Ratio::Sufficient`, `model` must have sufficient statistics.
     pub fn new(
         model: Arc<dyn Model>,
         proposal_sd: f64,
         target_accept: f64,
         penalise: bool,
-        minibatch: bool,
+        ratio: Ratio,
     ) -> Self {
         Penalty {
-            walk: Walk::new(model, proposal_sd, target_accept),
+            walk: Walk::new(Arc::clone(&model), proposal_sd, target_accept),
+            model,
             penalise,
-            minibatch,
+            ratio,
         }
     }
 }
@@ -46,26 +60,48 @@ impl Kernel for Penalty {
     ) -> Result<Transition, LinkError> {
         let log_prior_ratio = self.walk.propose(theta, rng);
         let theta_proposed = self.walk.proposal();
-        let query = if self.minibatch {
-            Query::MinibatchLogLikRatio {
-                theta,
-                theta_proposed,
+        let (noisy_log_lik_ratio, noise_variance) = match self.ratio {
+            Ratio::Full | Ratio::Minibatch => {
+                let query = if self.ratio == Ratio::Minibatch {
+                    Query::MinibatchLogLikRatio {
+                        theta,
+                        theta_proposed,
+                    }
+                } else {
+                    Query::LogLikRatio {
+                        theta,
+                        theta_proposed,
+                    }
+                };
+                let answer = link.ask(query).await?;
+                (answer.value[0], answer.noise_variance)
             }
-        } else {
-            Query::LogLikRatio {
-                theta,
-                theta_proposed,
+            Ratio::Sufficient => {
+                let family = self
+                    .model
+                    .sufficient_statistics()
+                    .expect("the sampler checks the model has sufficient statistics");
+                let query = Query::SufficientStatistics {
+                    entries: family.len(),
+                };
+                let answer = link.ask(query).await?;
+                noisy_log_lik_ratio(
+                    family,
+                    &answer.value,
+                    answer.noise_variance,
+                    theta,
+                    theta_proposed,
+                )
             }
         };
-        let answer = link.ask(query).await?;
         let log_ratio = PenaltyTerms {
-            noisy_log_lik_ratio: answer.value[0],
-            noise_variance: answer.noise_variance,
+            noisy_log_lik_ratio,
+            noise_variance,
             log_prior_ratio,
             log_proposal_ratio: 0.0,
         }
         .log_ratio(self.penalise);
-        let transition = Transition::metropolis(log_ratio, answer.noise_variance, rng);
+        let transition = Transition::metropolis(log_ratio, noise_variance, rng);
         if transition.accepted {
             self.walk.accept(theta);
         }
