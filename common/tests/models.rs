@@ -1217,7 +1217,7 @@ fn glm_simulation_stays_within_the_bounds_and_follows_the_family() {
             .iter()
             .map(|x| {
                 let p = x.len() - 1;
-                let eta: f64 = glm.intercept.then_some(truth[0]).unwrap_or(0.0)
+                let eta: f64 = (if glm.intercept { truth[0] } else { 0.0 })
                     + truth[usize::from(glm.intercept)..]
                         .iter()
                         .zip(&x[..p])
@@ -1317,7 +1317,8 @@ fn glm_specs_deserialise_and_are_validated_clearly() {
         f(&mut s);
         ModelSpec::Glm(s).build().unwrap_err().to_string()
     };
-    let cases: [(&dyn Fn(&mut GlmSpec), &str); 11] = [
+    type Case<'a> = (&'a dyn Fn(&mut GlmSpec), &'a str);
+    let cases: [Case; 11] = [
         (
             &|s| s.features[1].name = "feature1".into(),
             "column feature1 is named twice",
@@ -1407,7 +1408,7 @@ fn gaussian_glm_sufficient_statistics_give_the_ratio() {
         let d = model.dim();
         let data = model.simulate(&spec.true_theta(), 500, &mut rng);
         let stats = family.sum(&data);
-        assert_eq!(stats.len(), family.len());
+        assert_eq!(stats.len(), family.entries());
         for _ in 0..5 {
             let theta = add(&spec.true_theta(), &normals(&mut rng, d, 0.5));
             let prop = add(&theta, &normals(&mut rng, d, 0.5));

@@ -89,7 +89,8 @@ async fn sufficient_statistics_refusals_are_public_decisions() {
     ];
     let tallies = decided_alike_for(&spec, &substitutes, ROWS, &battery(), budget()).await;
     let decisions = &tallies[0].decisions;
-    let expect: [(usize, &dyn Fn(&Decision) -> bool); 11] = [
+    type Check<'a> = (usize, &'a dyn Fn(&Decision) -> bool);
+    let expect: [Check; 11] = [
         (2, &|d| {
             matches!(
                 d,

@@ -607,7 +607,7 @@ impl Model for Glm {
                 }
             }
             for (si, &q) in s.iter_mut().zip(norm_sq.iter()) {
-                if !(q <= limit) {
+                if q > limit || q.is_nan() {
                     clipped += 1;
                     let norm = q.sqrt();
                     *si = if norm.is_finite() {
@@ -752,7 +752,7 @@ impl Glm {
 /// sufficient statistic of the family, is free of θ and cancels from every ratio, so it is
 /// not released.)
 impl SufficientStatistics for Glm {
-    fn len(&self) -> usize {
+    fn entries(&self) -> usize {
         let dim = self.dim();
         dim + dim * (dim + 1) / 2
     }

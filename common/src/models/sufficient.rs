@@ -8,7 +8,7 @@ use crate::data::Columns;
 
 pub trait SufficientStatistics: Send + Sync {
     /// Entries of s(x).
-    fn len(&self) -> usize;
+    fn entries(&self) -> usize;
     /// S = Σ_x T·s(x) over the rows of `data`.
     fn sum(&self, data: &Columns) -> Vec<f64>;
     /// A public bound on ‖T·s(x)‖₂ over every row the model admits: the per-row bound of the

@@ -82,7 +82,7 @@ impl Kernel for Penalty {
                     .sufficient_statistics()
                     .expect("the sampler checks the model has sufficient statistics");
                 let query = Query::SufficientStatistics {
-                    entries: family.len(),
+                    entries: family.entries(),
                 };
                 let answer = link.ask(query).await?;
                 noisy_log_lik_ratio(
