@@ -160,8 +160,9 @@ fn a_party_with_a_bad_row_refuses_to_start_and_says_where() {
     }
 }
 
-/// `simulate --model logistic-glm`: each party's SQLite holds the named columns, the run
-/// samples over them, and the summary has no exact reference (the model has none).
+/// `simulate --model logistic-glm` (6000 rows): each party's SQLite holds the named columns,
+/// the run samples over them, and the summary has no exact reference (the model has none);
+/// `--model gaussian-glm --variant sufficient-statistics` samples over gRPC too.
 #[test]
 fn simulate_runs_a_glm_over_named_columns() {
     let dir = tempfile::tempdir().unwrap();
@@ -171,8 +172,6 @@ fn simulate_runs_a_glm_over_named_columns() {
         &[
             "--model",
             "logistic-glm",
-            "--rows",
-            "3000",
             "--iterations",
             "200",
             "--epsilon",
@@ -203,4 +202,28 @@ fn simulate_runs_a_glm_over_named_columns() {
         toml.contains("kind = \"glm\"") && toml.contains("feature1"),
         "{toml}"
     );
+
+    // The gaussian GLM over gRPC by noisy sufficient statistics: one release per iteration
+    // per party, and an exact reference to compare with.
+    let out = dir.path().join("sufficient");
+    let (ok, _, stderr) = simulate(
+        &out,
+        &[
+            "--model",
+            "gaussian-glm",
+            "--variant",
+            "sufficient-statistics",
+            "--iterations",
+            "200",
+            "--epsilon",
+            "50",
+        ],
+    );
+    assert!(ok, "simulate failed: {stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["mmd_to_exact"].is_number(), "{summary}");
+    for p in summary["parties"].as_array().unwrap() {
+        assert_eq!(p["releases"], 400, "2 chains × 200 iterations: {p}");
+    }
 }
