@@ -95,6 +95,12 @@ impl Variant {
             )),
             None => Ok(()),
         };
+        let full_data = |v: &str| match batch_size {
+            Some(b) => Err(format!(
+                "--batch-size {b} applies to the minibatch-penalty and barker variants; the {v} variant uses every row"
+            )),
+            None => Ok(()),
+        };
         if name != VariantName::Hmc && hmc != HmcOptions::default() {
             return Err(
                 "--leapfrog-steps, --step-size, --gradient-clip and --gradient-tau apply to the hmc variant only"
@@ -104,20 +110,12 @@ impl Variant {
         Ok(match name {
             VariantName::SufficientStatistics => {
                 no_c("sufficient-statistics")?;
-                if let Some(b) = batch_size {
-                    return Err(format!(
-                        "--batch-size {b} applies to the minibatch-penalty and barker variants; the sufficient-statistics variant uses every row"
-                    ));
-                }
+                full_data("sufficient-statistics")?;
                 Variant::SufficientStatistics
             }
             VariantName::Penalty => {
                 no_c("penalty")?;
-                if let Some(b) = batch_size {
-                    return Err(format!(
-                        "--batch-size {b} applies to the minibatch-penalty and barker variants; the penalty variant uses every row"
-                    ));
-                }
+                full_data("penalty")?;
                 Variant::Penalty
             }
             VariantName::MinibatchPenalty => {
@@ -136,11 +134,7 @@ impl Variant {
             }
             VariantName::Hmc => {
                 no_c("hmc")?;
-                if let Some(b) = batch_size {
-                    return Err(format!(
-                        "--batch-size {b} applies to the minibatch-penalty and barker variants; the hmc variant uses every row"
-                    ));
-                }
+                full_data("hmc")?;
                 let positive = |flag: &str, v: f64| {
                     if v.is_finite() && v > 0.0 {
                         Ok(v)
