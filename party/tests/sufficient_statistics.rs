@@ -128,6 +128,21 @@ async fn sufficient_statistics_refusals_are_public_decisions() {
     for (i, check) in expect {
         assert!(check(&decisions[i]), "call {i}: {:?}", decisions[i]);
     }
+    // Charged as Gaussian releases at the run's multiplier τ·√n, three of them.
+    let Decision::Granted {
+        noise_multiplier,
+        releases,
+        ..
+    } = decisions[0]
+    else {
+        panic!("{:?}", decisions[0])
+    };
+    assert_eq!(releases, 3);
+    let multiplier = f64::from_bits(noise_multiplier);
+    assert!(
+        (multiplier - 0.5 * (ROWS as f64).sqrt()).abs() < 1e-12,
+        "{multiplier}"
+    );
     // Every release states the noise the public bound gives: σ = τ·√n·2R, R the model's
     // bound on a row's ‖T·s(x)‖, whatever the rows hold.
     let model = spec.build().unwrap();
