@@ -1177,6 +1177,30 @@ fn glm_clips_at_the_public_bounds_never_bind() {
     }
 }
 
+/// At θ so large that a predictor's range is not a number (features within [2, 3], so
+/// θ = (−f64::MAX, f64::MAX) makes it −∞ + ∞), a GLM of any family claims no bound (∞), so
+/// a party keeps the run's clip instead of trusting a meaningless one.
+#[test]
+fn glm_bounds_at_absurd_theta_defer_to_the_run_clip() {
+    for family in [Family::Gaussian, Family::Logistic, Family::Poisson] {
+        let mut spec = GlmSpec::example(family, 3);
+        spec.intercept = false;
+        spec.true_theta = None;
+        for feature in &mut spec.features {
+            feature.bounds = Some([2.0, 3.0]);
+        }
+        let model = ModelSpec::Glm(spec).build().unwrap();
+        let theta = [-f64::MAX, f64::MAX];
+        let far = model.ratio_bound(&theta, &[0.0, 0.0]);
+        assert_eq!(far, Some(f64::INFINITY), "{family:?}");
+        assert_eq!(
+            model.gradient_bound(&theta),
+            Some(f64::INFINITY),
+            "{family:?}"
+        );
+    }
+}
+
 /// A logistic GLM's ratio is Lipschitz everywhere: its bound never exceeds max‖x̃‖·‖θ′ − θ‖.
 #[test]
 fn logistic_ratio_bound_is_within_the_feature_norm() {

@@ -379,18 +379,23 @@ impl Glm {
     }
 
     /// max |u(y, η)| over labels in their bounds and η in `eta`: u is monotone in each, so
-    /// at a corner.
+    /// at a corner. ∞ where the range is not a number (∞ − ∞ at absurd θ), so that a party
+    /// then keeps the run's clip.
     fn max_score(&self, [eta_lo, eta_hi]: [f64; 2]) -> f64 {
         let [y_lo, y_hi] = self.label;
-        [
+        let corners = [
             (y_lo, eta_hi),
             (y_hi, eta_lo),
             (y_lo, eta_lo),
             (y_hi, eta_hi),
-        ]
-        .iter()
-        .map(|&(y, eta)| self.score(y, eta).abs())
-        .fold(0.0, f64::max)
+        ];
+        corners
+            .iter()
+            .map(|&(y, eta)| self.score(y, eta).abs())
+            .fold(
+                0.0,
+                |m, v| if v.is_nan() { f64::INFINITY } else { m.max(v) },
+            )
     }
 
     /// Σ over blocks of rows of `each(labels, η(θ), η(θ′), out)` for the block's slice of
