@@ -426,28 +426,45 @@ impl Glm {
     }
 
     /// Each row's clipped tempered ratio, passed to `sink(row, clipped, raw)`, the family's
-    /// ratio chosen once outside the loop.
+    /// ratio chosen once outside the loop (ℓ(η′) − ℓ(η) in forms that cancel the normalising
+    /// constants exactly).
     fn clipped_ratios(
         &self,
         data: &Columns,
         theta: &[f64],
         theta_prop: &[f64],
         bound: f64,
+        sink: impl FnMut(usize, f64, f64),
+    ) {
+        let half_precision = 0.5 / self.noise_var;
+        let data = (data, theta, theta_prop);
+        match self.family {
+            Family::Gaussian => self.ratio_loop(data, bound, sink, |y, a, b| {
+                (b - a) * (2.0 * y - a - b) * half_precision
+            }),
+            Family::Logistic => self.ratio_loop(data, bound, sink, |y, a, b| {
+                y * (b - a) - (softplus(b) - softplus(a))
+            }),
+            Family::Poisson => self.ratio_loop(data, bound, sink, |y, a, b| {
+                y * (b - a) - (b.exp() - a.exp())
+            }),
+        }
+    }
+
+    /// [`Glm::clipped_ratios`] for one family's untempered ratio `ratio(y, η, η′)`.
+    fn ratio_loop(
+        &self,
+        (data, theta, theta_prop): (&Columns, &[f64], &[f64]),
+        bound: f64,
         mut sink: impl FnMut(usize, f64, f64),
+        ratio: impl Fn(f64, f64, f64) -> f64,
     ) {
         assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
         let t = self.temperature;
-        let half_precision = 0.5 / self.noise_var;
-        let family = self.family;
         self.ratio_blocks(data, theta, theta_prop, |start, y, eta, eta_prop| {
             let rows = y.iter().zip(eta).zip(eta_prop).enumerate();
             for (i, ((&y, &a), &b)) in rows {
-                // ℓ(η′) − ℓ(η) in the forms that cancel the normalising constants exactly.
-                let r = t * match family {
-                    Family::Gaussian => (b - a) * (2.0 * y - a - b) * half_precision,
-                    Family::Logistic => y * (b - a) - (softplus(b) - softplus(a)),
-                    Family::Poisson => y * (b - a) - (b.exp() - a.exp()),
-                };
+                let r = t * ratio(y, a, b);
                 sink(start + i, clip(r, bound), r);
             }
         });
