@@ -25,6 +25,17 @@ pub struct ClippedSum {
     pub clipped: u64,
 }
 
+impl ClippedSum {
+    /// Adds one row's term `r` clipped to ±`bound` by [`clip`], counting the row if the
+    /// clip changed it (NaN included).
+    #[inline(always)]
+    pub fn add(&mut self, r: f64, bound: f64) {
+        let rc = clip(r, bound);
+        self.sum += rc;
+        self.clipped += u64::from(rc != r);
+    }
+}
+
 /// Clip one row's term to `[-bound, bound]`, by a fixed rule that needs no finite input:
 /// ±∞ becomes ±bound and NaN (a term such as ∞ − ∞ at extreme parameters) becomes −bound, as
 /// if the row made the proposal as unlikely as the clip allows.

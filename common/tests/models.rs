@@ -8,8 +8,9 @@ use std::sync::Arc;
 use fedmcmc_common::clip::clip;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::{
-    BananaSpec, ExactPosterior, Family, GaussianSpec, GlmColumn, GlmSpec, GridError, GridPosterior,
-    MAX_EDGE_MASS, MixtureSpec, Model, ModelError, ModelSpec, clipped_grad_sum_by_rows,
+    BananaSpec, CircleSpec, ExactPosterior, Family, GaussianSpec, GlmColumn, GlmSpec, GridError,
+    GridPosterior, MAX_EDGE_MASS, MixtureSpec, Model, ModelError, ModelSpec,
+    clipped_grad_sum_by_rows,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,12 +47,24 @@ fn correlated_gaussian() -> ModelSpec {
     ModelSpec::gaussian(vec![vec![1.0, 0.999], vec![0.999, 1.0]], 100.0)
 }
 
+/// A circle whose ring is wide and near the origin, so that the exact posterior's truncation
+/// at ‖θ‖² = 0 matters, tempered and away from the thesis's θ.
+fn odd_circle() -> ModelSpec {
+    ModelSpec::Circle(CircleSpec {
+        a: 0.002,
+        temperature: 0.5,
+        true_theta: Some(vec![0.3, 0.4]),
+    })
+}
+
 fn all_specs() -> Vec<ModelSpec> {
     vec![
         ModelSpec::flat_banana(2),
         odd_banana(),
         odd_gaussian(),
         correlated_gaussian(),
+        ModelSpec::Circle(CircleSpec::thesis()),
+        odd_circle(),
     ]
 }
 
@@ -397,6 +410,7 @@ fn exact_sampler_matches_closed_form_moments() {
         odd_gaussian(),
         correlated_gaussian(),
         gaussian_glm(),
+        odd_circle(),
     ] {
         let model = spec.build().unwrap();
         let data = model.simulate(&spec.true_theta(), 500, &mut rng);
@@ -510,6 +524,46 @@ fn presets_follow_the_thesis() {
     };
     assert_eq!(tempered.temperature, 0.01);
     assert_eq!(odd_banana().true_theta(), vec![0.2, 1.0, -0.5]);
+    let circle = ModelSpec::Circle(CircleSpec::thesis());
+    let ModelSpec::Circle(c) = &circle else {
+        panic!()
+    };
+    assert_eq!((c.a, c.temperature), (1e-5, 1.0));
+    assert_eq!(circle.true_theta(), vec![0.0, 3.0]);
+}
+
+/// The circle's data are r ~ N(‖θ‖, 1) (the thesis's N(3, 1) at θ = (0, 3)); its exact
+/// posterior has mean 0, is flat in the angle and puts ‖θ‖² around the mean of r², with
+/// the truncated normal's moments checked against draws in
+/// `exact_sampler_matches_closed_form_moments`.
+#[test]
+fn circle_data_and_ring_follow_the_thesis() {
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let spec = ModelSpec::Circle(CircleSpec::thesis());
+    let model = spec.build().unwrap();
+    let data = model.simulate(&spec.true_theta(), 100_000, &mut rng);
+    let (mean, sd, se_mean, se_sd) = moments(data.col(0));
+    assert!((mean - 3.0).abs() < 4.0 * se_mean, "r mean {mean}");
+    assert!((sd - 1.0).abs() < 4.0 * se_sd, "r sd {sd}");
+    let post = model.exact_posterior(&data).unwrap();
+    assert_eq!(post.mean(), vec![0.0, 0.0]);
+    let m = data.col(0).iter().map(|r| r * r).sum::<f64>() / 1e5;
+    // Var s = 1/(2an) = 0.5: the ring's squared radius is m ± 0.71, untruncated here.
+    let s: Vec<f64> = (0..20_000)
+        .map(|_| post.sample(&mut rng).iter().map(|t| t * t).sum())
+        .collect();
+    let (s_mean, s_sd, se_s, se_s_sd) = moments(&s);
+    assert!((s_mean - m).abs() < 4.0 * se_s, "E s = {s_mean} vs {m}");
+    assert!(
+        (s_sd - 0.5f64.sqrt()).abs() < 4.0 * se_s_sd,
+        "sd s = {s_sd}"
+    );
+    assert!(
+        (post.sd()[0] - (m / 2.0).sqrt()).abs() < 1e-9,
+        "{:?}",
+        post.sd()
+    );
+    assert!(model.log_prior(&[5.0, -7.0]) == 0.0);
 }
 
 #[test]
@@ -556,7 +610,9 @@ fn specs_deserialise_with_defaults() {
     )
     .unwrap();
     assert_eq!(spec, correlated_gaussian());
-    for spec in [odd_banana(), odd_gaussian()] {
+    let spec: ModelSpec = serde_json::from_str(r#"{"kind": "circle", "a": 1e-5}"#).unwrap();
+    assert_eq!(spec, ModelSpec::Circle(CircleSpec::thesis()));
+    for spec in [odd_banana(), odd_gaussian(), odd_circle()] {
         let json = serde_json::to_string(&spec).unwrap();
         assert_eq!(serde_json::from_str::<ModelSpec>(&json).unwrap(), spec);
     }
@@ -565,7 +621,8 @@ fn specs_deserialise_with_defaults() {
             .unwrap_err()
             .to_string()
     };
-    assert!(err(r#"{"kind": "circle"}"#).contains("unknown variant"));
+    assert!(err(r#"{"kind": "torus"}"#).contains("unknown variant"));
+    assert!(err(r#"{"kind": "circle"}"#).contains("missing field"));
     assert!(
         err(r#"{"kind": "banana", "a": 1, "lik_var": [1, 1], "prior_var": 1, "sigma0": 1}"#)
             .contains("unknown field")
@@ -675,13 +732,18 @@ fn invalid_specs_are_rejected_clearly() {
 fn models_are_shareable_trait_objects() {
     let models: Vec<Arc<dyn Model>> = all_specs().iter().map(|s| s.build().unwrap()).collect();
     let names: Vec<&str> = models.iter().map(|m| m.name()).collect();
-    assert_eq!(names, ["banana", "banana", "gaussian", "gaussian"]);
+    assert_eq!(
+        names,
+        [
+            "banana", "banana", "gaussian", "gaussian", "circle", "circle"
+        ]
+    );
     assert_eq!(
         models
             .iter()
             .map(|m| (m.dim(), m.row_dim()))
             .collect::<Vec<_>>(),
-        [(2, 2), (3, 3), (3, 3), (2, 2)]
+        [(2, 2), (3, 3), (3, 3), (2, 2), (2, 1), (2, 1)]
     );
     let handle = std::thread::spawn({
         let m = Arc::clone(&models[0]);
@@ -1460,5 +1522,125 @@ fn gaussian_glm_sufficient_statistics_give_the_ratio() {
             largest <= bound * (1.0 + 1e-12) && largest >= bound * (1.0 - 1e-12),
             "{largest} vs {bound}"
         );
+    }
+}
+
+/// One-component steps of the 10-d banana: the affine kernel reads only the columns with a
+/// non-zero weight (θ1 moves u1 and u2, θj moves uj alone), and its sum equals the full
+/// row-by-row computation over every column to rounding, for each coordinate.
+#[test]
+fn one_component_ratios_equal_the_full_computation() {
+    let mut rng = ChaCha8Rng::seed_from_u64(18);
+    let spec = ModelSpec::flat_banana(10);
+    let model = spec.build().unwrap();
+    let data = model.simulate(&spec.true_theta(), 2001, &mut rng);
+    let theta = add(&spec.true_theta(), &normals(&mut rng, 10, 0.01));
+    for j in 0..10 {
+        let mut prop = theta.clone();
+        prop[j] += 0.003;
+        let r = naive_ratios(&*model, &data, &theta, &prop);
+        let mut abs: Vec<f64> = r.iter().map(|v| v.abs()).collect();
+        abs.sort_by(f64::total_cmp);
+        let bound = 0.5 * (abs[1000] + abs[1001]);
+        let naive: f64 = r.iter().map(|&v| clip(v, bound)).sum();
+        let scale: f64 = r.iter().map(|&v| clip(v, bound).abs()).sum();
+        let got = model.clipped_llr_sum(&data, &theta, &prop, bound);
+        assert!(
+            (got.sum - naive).abs() <= 1e-9 * scale,
+            "θ{}: {} vs {naive}",
+            j + 1,
+            got.sum
+        );
+        assert_eq!(got.clipped, 1000, "θ{}", j + 1);
+    }
+}
+
+/// A model written as a user would (only per-row functions, and the columns each
+/// coordinate's ratio depends on): x_j ~ N(θ_j, 1) independently, flat prior.
+#[derive(Debug)]
+struct Separable;
+
+impl Model for Separable {
+    fn name(&self) -> &'static str {
+        "separable"
+    }
+    fn dim(&self) -> usize {
+        3
+    }
+    fn row_dim(&self) -> usize {
+        3
+    }
+    fn fingerprint(&self) -> String {
+        "separable/test".into()
+    }
+    fn temperature(&self) -> f64 {
+        1.0
+    }
+    fn log_prior(&self, _: &[f64]) -> f64 {
+        0.0
+    }
+    fn grad_log_prior(&self, _: &[f64], out: &mut [f64]) {
+        out.fill(0.0);
+    }
+    fn prior_mode(&self) -> Vec<f64> {
+        vec![0.0; 3]
+    }
+    fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64 {
+        theta
+            .iter()
+            .zip(row)
+            .map(|(t, x)| -0.5 * (x - t).powi(2))
+            .sum()
+    }
+    fn grad_log_lik_row(&self, theta: &[f64], row: &[f64], out: &mut [f64]) {
+        for ((o, t), x) in out.iter_mut().zip(theta).zip(row) {
+            *o = x - t;
+        }
+    }
+    fn ratio_columns(&self, theta: &[f64], theta_prop: &[f64]) -> Option<Vec<usize>> {
+        Some((0..3).filter(|&j| theta[j] != theta_prop[j]).collect())
+    }
+    fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn rand::Rng) -> Columns {
+        let mut values = Vec::with_capacity(3 * n);
+        for t in theta {
+            values.extend((0..n).map(|_| {
+                let z: f64 =
+                    rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut *rng);
+                t + z
+            }));
+        }
+        Columns::from_column_major(n, 3, values).unwrap()
+    }
+    fn exact_posterior(&self, _: &Columns) -> Option<Box<dyn ExactPosterior>> {
+        None
+    }
+}
+
+/// The trait's row-by-row defaults over [`Model::ratio_columns`] (the other columns passed as 0) give the full
+/// computation's sum and terms, for one-component and all-component steps.
+#[test]
+fn row_by_row_defaults_over_the_ratio_columns_equal_the_full_computation() {
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    let model = Separable;
+    let theta = vec![0.1, -0.2, 0.3];
+    let data = model.simulate(&theta, 500, &mut rng);
+    for prop in [vec![0.1, 0.0, 0.3], vec![0.2, -0.1, 0.25]] {
+        let r = naive_ratios(&model, &data, &theta, &prop);
+        let bound = 0.05;
+        let naive: f64 = r.iter().map(|&v| clip(v, bound)).sum();
+        let got = model.clipped_llr_sum(&data, &theta, &prop, bound);
+        assert!(
+            (got.sum - naive).abs() <= 1e-12 * r.len() as f64,
+            "{prop:?}"
+        );
+        assert_eq!(
+            got.clipped,
+            r.iter().filter(|v| v.abs() > bound).count() as u64
+        );
+        let mut terms = vec![f64::NAN; 500];
+        model.clipped_llr_terms(&data, &theta, &prop, bound, &mut terms);
+        for (t, v) in terms.iter().zip(&r) {
+            assert!((t - clip(*v, bound)).abs() <= 1e-12, "{t} vs {v}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use super::{
     ExactPosterior, Model, ModelError, check_len, check_positive, check_true_theta,
     default_temperature, fingerprint_of,
 };
-use crate::clip::{ClippedSum, clip};
+use crate::clip::ClippedSum;
 use crate::data::Columns;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
@@ -177,10 +177,10 @@ impl Model for Mixture {
         let t = self.temperature;
         let mut out = ClippedSum::default();
         for &x in data.col(0) {
-            let r = t * (self.log_kernel(theta_prop, x) - self.log_kernel(theta, x));
-            let rc = clip(r, bound);
-            out.sum += rc;
-            out.clipped += u64::from(rc != r);
+            out.add(
+                t * (self.log_kernel(theta_prop, x) - self.log_kernel(theta, x)),
+                bound,
+            );
         }
         out
     }

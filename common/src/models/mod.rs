@@ -13,6 +13,7 @@ use crate::data::{ColumnSpec, Columns};
 
 pub mod affine;
 mod banana;
+mod circle;
 mod gaussian;
 mod glm;
 mod grid;
@@ -21,6 +22,7 @@ mod mvn;
 mod sufficient;
 
 pub use banana::{Banana, BananaSpec};
+pub use circle::{Circle, CircleSpec};
 pub use gaussian::{Gaussian, GaussianSpec};
 pub use glm::{Family, Glm, GlmColumn, GlmSpec};
 pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
@@ -30,7 +32,8 @@ pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
 pub trait Model: Send + Sync + std::fmt::Debug {
-    /// `"gaussian"`, `"banana"`, `"mixture"` or `"glm"`, as in [`ModelSpec`]'s `kind`.
+    /// The model's kind, as in [`ModelSpec`]'s `kind` for a built-in one (`"banana"`,
+    /// `"glm"`, …); a custom model names itself.
     fn name(&self) -> &'static str;
     /// Dimension of θ.
     fn dim(&self) -> usize;
@@ -56,9 +59,22 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64;
     /// ∇_θ T · ln p(x|θ), written into `out` (overwritten, length `dim`).
     fn grad_log_lik_row(&self, theta: &[f64], row: &[f64], out: &mut [f64]);
+    /// The data columns that the per-row ratio ℓ(x|θ′) − ℓ(x|θ) depends on, when fewer than
+    /// all: with one-component proposals θ and θ′ differ in one coordinate, and a row's ratio
+    /// often depends on only the columns that coordinate touches (the banana's θⱼ, j ≥ 3,
+    /// touches column j alone). The row-by-row defaults of [`Model::clipped_llr_sum`] and
+    /// [`Model::clipped_llr_terms`] then read only these columns and pass the others as 0,
+    /// so a model that returns `Some` must give the same ratio whatever the other columns
+    /// hold. `None` (the default): every column. Public inputs only, like the ratio's clip.
+    fn ratio_columns(&self, _theta: &[f64], _theta_prop: &[f64]) -> Option<Vec<usize>> {
+        None
+    }
     /// The party's hot loop: Σ_x clip(T·ℓ(x|θ′) − T·ℓ(x|θ), ±bound) over all rows of `data`.
     /// `bound` applies to the tempered term: a clip b on the untempered ratio is `T·b` here,
-    /// since clip(T·r, T·b) = T·clip(r, b).
+    /// since clip(T·r, T·b) = T·clip(r, b). The default is [`clipped_llr_sum_by_rows`], row
+    /// by row through [`Model::log_lik_row`] over [`Model::ratio_columns`]; the built-in
+    /// models override it with one pass per column (reading only the columns the ratio
+    /// depends on, the affine ones only those with a non-zero weight).
     /// Panics if `data` has the wrong number of columns (validate data when loading it).
     fn clipped_llr_sum(
         &self,
@@ -66,11 +82,14 @@ pub trait Model: Send + Sync + std::fmt::Debug {
         theta: &[f64],
         theta_prop: &[f64],
         bound: f64,
-    ) -> ClippedSum;
+    ) -> ClippedSum {
+        clipped_llr_sum_by_rows(self, data, theta, theta_prop, bound)
+    }
     /// Each row's clipped term clip(T·ℓ(x|θ′) − T·ℓ(x|θ), ±bound), written into `out` (one
     /// entry per row of `data`): the minibatch variants estimate their batch's variance from
-    /// these. The default goes row by row through [`Model::log_lik_row`]; a model with a
-    /// faster form of the ratio overrides it. Panics if `out` has the wrong length.
+    /// these. The default goes row by row through [`Model::log_lik_row`] over
+    /// [`Model::ratio_columns`]; a model with a faster form of the ratio overrides it.
+    /// Panics if `out` has the wrong length.
     fn clipped_llr_terms(
         &self,
         data: &Columns,
@@ -80,12 +99,9 @@ pub trait Model: Send + Sync + std::fmt::Debug {
         out: &mut [f64],
     ) {
         assert_eq!(out.len(), data.n(), "one term per row");
-        let mut row = vec![0.0; data.d()];
-        for (i, o) in out.iter_mut().enumerate() {
-            data.row_into(i, &mut row);
-            let r = self.log_lik_row(theta_prop, &row) - self.log_lik_row(theta, &row);
-            *o = crate::clip::clip(r, bound);
-        }
+        for_each_ratio(self, data, theta, theta_prop, |i, r| {
+            out[i] = crate::clip::clip(r, bound);
+        });
     }
     /// Σ_x clip_b(∇_θ T·ℓ(x|θ)) over the rows of `data`, each row's tempered gradient scaled
     /// to norm at most `bound` by [`crate::clip::clip_norm`], written into `out` (length
@@ -120,6 +136,50 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns;
     /// The exact tempered posterior given `data`, if the model has a closed form.
     fn exact_posterior(&self, data: &Columns) -> Option<Box<dyn ExactPosterior>>;
+}
+
+/// [`Model::clipped_llr_sum`] row by row through [`Model::log_lik_row`], reading only the
+/// columns of [`Model::ratio_columns`]: the trait's default, public so that tests and
+/// benchmarks can hold a model's faster override against it.
+pub fn clipped_llr_sum_by_rows<M: Model + ?Sized>(
+    model: &M,
+    data: &Columns,
+    theta: &[f64],
+    theta_prop: &[f64],
+    bound: f64,
+) -> ClippedSum {
+    assert_eq!(data.d(), model.row_dim(), "data columns");
+    assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
+    let mut out = ClippedSum::default();
+    for_each_ratio(model, data, theta, theta_prop, |_, r| out.add(r, bound));
+    out
+}
+
+/// Calls `each(i, r_i)` with row i's ratio T·ℓ(x|θ′) − T·ℓ(x|θ), in row order, reading only
+/// the columns of [`Model::ratio_columns`] (the others stay 0 in the row buffer).
+fn for_each_ratio<M: Model + ?Sized>(
+    model: &M,
+    data: &Columns,
+    theta: &[f64],
+    theta_prop: &[f64],
+    mut each: impl FnMut(usize, f64),
+) {
+    let columns: Vec<(usize, &[f64])> = model
+        .ratio_columns(theta, theta_prop)
+        .unwrap_or_else(|| (0..data.d()).collect())
+        .into_iter()
+        .map(|j| (j, data.col(j)))
+        .collect();
+    let mut row = vec![0.0; data.d()];
+    for i in 0..data.n() {
+        for &(j, col) in &columns {
+            row[j] = col[i];
+        }
+        each(
+            i,
+            model.log_lik_row(theta_prop, &row) - model.log_lik_row(theta, &row),
+        );
+    }
 }
 
 /// [`Model::clipped_grad_sum`] row by row through [`Model::grad_log_lik_row`]: the trait's
@@ -241,6 +301,13 @@ pub enum ModelError {
 /// label = { name = "outcome" }           # bounds required for gaussian and poisson
 /// prior_sd = [10.0]                      # one sd for every coefficient, or one each
 /// # optional: intercept = true, prior_mean, noise_sd, temperature = 1.0, true_theta
+/// or the circle of Räisä 2020, Sec. 5.1 (flat prior; one column `x1`, the observed r)
+///
+/// ```toml
+/// [model]
+/// kind = "circle"
+/// a = 1e-5
+/// # optional: temperature = 1.0, true_theta = [0.0, 3.0]
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -249,6 +316,7 @@ pub enum ModelSpec {
     Banana(BananaSpec),
     Mixture(MixtureSpec),
     Glm(GlmSpec),
+    Circle(CircleSpec),
 }
 
 impl ModelSpec {
@@ -284,11 +352,13 @@ impl ModelSpec {
             ModelSpec::Banana(s) => Arc::new(s.build()?),
             ModelSpec::Mixture(s) => Arc::new(s.build()?),
             ModelSpec::Glm(s) => Arc::new(s.build()?),
+            ModelSpec::Circle(s) => Arc::new(s.build()?),
         })
     }
 
-    /// θ used to simulate data: the spec's `true_theta`, else (0, 3, 0, …) as in the thesis,
-    /// or (0, 1) for the mixture, as in Heikkilä et al. 2019, or zero for a GLM.
+    /// θ used to simulate data: the spec's `true_theta`, else (0, 3, 0, …) as in the thesis
+    /// (for the circle, rows r ~ N(3, 1)), or (0, 1) for the mixture, as in Heikkilä et al.
+    /// 2019, or zero for a GLM.
     pub fn true_theta(&self) -> Vec<f64> {
         let thesis = |d: usize| (0..d).map(|i| if i == 1 { 3.0 } else { 0.0 }).collect();
         match self {
@@ -299,6 +369,7 @@ impl ModelSpec {
                 .unwrap_or_else(|| thesis(s.lik_var.len())),
             ModelSpec::Mixture(s) => s.true_theta.clone().unwrap_or_else(|| vec![0.0, 1.0]),
             ModelSpec::Glm(s) => s.true_theta.clone().unwrap_or_else(|| vec![0.0; s.dim()]),
+            ModelSpec::Circle(s) => s.true_theta.clone().unwrap_or_else(|| thesis(2)),
         }
     }
 }
