@@ -69,5 +69,40 @@ fn grad_rows(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, llr_rows, grad_rows);
+/// One party's ratio per step at d = 10 (the thesis's flat banana, n = 200 000 over three
+/// parties, so 66 667 rows here), for a random-walk step (every coordinate moves) and for
+/// one-component steps: θ1 (which the banana's shear carries into column 2), θ2 and θ7
+/// (one column each). OCU's mean cost per step is the mean over the ten coordinates, all but
+/// θ1 like θ7's. `cargo bench -p fedmcmc-common --bench llr_rows -- proposal_d10`.
+fn proposal_d10(c: &mut Criterion) {
+    let n = 200_000 / 3;
+    let spec = ModelSpec::flat_banana(10);
+    let model = spec.build().unwrap();
+    let theta = spec.true_theta();
+    let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
+    let step = |coordinates: &[usize]| {
+        let mut prop = theta.clone();
+        for &j in coordinates {
+            prop[j] += 0.0015;
+        }
+        prop
+    };
+    let mut group = c.benchmark_group("proposal_d10");
+    group.throughput(Throughput::Elements(n as u64));
+    for (name, prop) in [
+        ("rw", step(&(0..10).collect::<Vec<_>>())),
+        ("ocu_theta1", step(&[0])),
+        ("ocu_theta2", step(&[1])),
+        ("ocu_theta7", step(&[6])),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                model.clipped_llr_sum(black_box(&data), black_box(&theta), black_box(&prop), 2.0)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, llr_rows, grad_rows, proposal_d10);
 criterion_main!(benches);

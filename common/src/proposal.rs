@@ -1,23 +1,140 @@
-//! Proposals and their warm-up adaptation.
+//! Proposals (random walk, one-component updates, guided walk) and their warm-up adaptation.
 //!
-//! The random walk's scale is adapted during warm-up from acceptance decisions only. Those
+//! The proposal's scale is adapted during warm-up from acceptance decisions only. Those
 //! decisions are post-processing of DP releases, so adapting costs no privacy beyond the
 //! warm-up releases themselves (DESIGN §3 "Proposals"); the scale is frozen afterwards, so
 //! the chain after warm-up is a plain Markov chain with the right target.
-use rand::Rng;
+use rand::{Rng, RngExt};
 use rand_distr::{Distribution, StandardNormal};
 
-/// Isotropic Gaussian random walk θ′ = θ + scale·z, z ~ N(0, I). Symmetric: ln q ratio = 0.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RandomWalk {
-    pub scale: f64,
+/// Which proposal a chain draws θ′ with (`--proposal rw|ocu|gwmh`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProposalKind {
+    /// Isotropic Gaussian random walk: every coordinate moves.
+    #[default]
+    Rw,
+    /// One-component updates (Räisä 2020, Sec. 3.1, after Yıldırım & Ermiş 2019): one
+    /// coordinate, chosen uniformly, moves by N(0, scale²). ‖θ′ − θ‖ is one coordinate's step,
+    /// so the clip bound and the noise shrink, and a party reads only the columns that
+    /// coordinate affects.
+    Ocu,
+    /// The guided walk (GWMH; Räisä 2020, Sec. 3.1, after Yıldırım & Ermiş 2019): one
+    /// coordinate j, chosen uniformly, moves by dⱼ·scale·|z| in its own direction dⱼ ∈ {±1},
+    /// kept after an accept and reversed after a reject.
+    Gwmh,
 }
 
-impl RandomWalk {
-    pub fn propose<R: Rng + ?Sized>(&self, theta: &[f64], out: &mut [f64], rng: &mut R) {
-        for (o, t) in out.iter_mut().zip(theta) {
-            let z: f64 = StandardNormal.sample(rng);
-            *o = t + self.scale * z;
+impl ProposalKind {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProposalKind::Rw => "rw",
+            ProposalKind::Ocu => "ocu",
+            ProposalKind::Gwmh => "gwmh",
+        }
+    }
+
+    /// The acceptance rate the scale adapts to unless told otherwise: 0.25 for the walk in
+    /// several dimensions, 0.44 for a one-dimensional update (Roberts & Rosenthal 2001).
+    pub fn default_target_accept(self) -> f64 {
+        match self {
+            ProposalKind::Rw => 0.25,
+            ProposalKind::Ocu | ProposalKind::Gwmh => 0.44,
+        }
+    }
+
+    /// What it is, with its source, for output headers.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProposalKind::Rw => "rw: Gaussian random walk",
+            ProposalKind::Ocu => {
+                "ocu: one-component updates (Räisä 2020, Sec. 3.1; Yıldırım & Ermiş 2019)"
+            }
+            ProposalKind::Gwmh => {
+                "gwmh: guided walk, a direction per component, reversed after a reject (Räisä 2020, Sec. 3.1; Yıldırım & Ermiş 2019)"
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for ProposalKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [ProposalKind::Rw, ProposalKind::Ocu, ProposalKind::Gwmh]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown proposal {s:?}: expected rw, ocu or gwmh"))
+    }
+}
+
+/// A proposal with its state: the scale and, for the guided walk, each component's
+/// direction and the component of the pending proposal.
+///
+/// Each returns ln q(θ|θ′) − ln q(θ′|θ) for the acceptance test. It is 0 for all three:
+/// the walk and OCU are symmetric; the guided walk is a Metropolis–Hastings step on (θ, d)
+/// with target π(θ)·Uniform(d), whose proposal (θ, d) ↦ (θ + dⱼ·s·|z|·eⱼ, d with dⱼ
+/// reversed) is its own inverse for the same j and |z|, whose density is the same both
+/// ways, followed by reversing dⱼ. Both steps keep π(θ)·Uniform(d), so the θ-chain targets
+/// π: after an accept dⱼ is kept, after a reject it is reversed (Gustafson 1998's guided
+/// walk, one component at a time).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Proposal {
+    kind: ProposalKind,
+    pub scale: f64,
+    /// dⱼ ∈ {−1, +1} (the guided walk; all +1 at the start).
+    directions: Vec<f64>,
+    /// The guided walk's component in the pending proposal.
+    pending: Option<usize>,
+}
+
+impl Proposal {
+    pub fn new(kind: ProposalKind, scale: f64, dim: usize) -> Self {
+        Proposal {
+            kind,
+            scale,
+            directions: vec![1.0; dim],
+            pending: None,
+        }
+    }
+
+    pub fn kind(&self) -> ProposalKind {
+        self.kind
+    }
+
+    /// Writes θ′ into `out` and returns ln q(θ|θ′) − ln q(θ′|θ) (0 for each kind).
+    pub fn propose<R: Rng + ?Sized>(&mut self, theta: &[f64], out: &mut [f64], rng: &mut R) -> f64 {
+        out.copy_from_slice(theta);
+        match self.kind {
+            ProposalKind::Rw => {
+                for o in out.iter_mut() {
+                    let z: f64 = StandardNormal.sample(rng);
+                    *o += self.scale * z;
+                }
+            }
+            ProposalKind::Ocu => {
+                let j = rng.random_range(0..theta.len());
+                let z: f64 = StandardNormal.sample(rng);
+                out[j] += self.scale * z;
+            }
+            ProposalKind::Gwmh => {
+                let j = rng.random_range(0..theta.len());
+                let z: f64 = StandardNormal.sample(rng);
+                out[j] += self.directions[j] * self.scale * z.abs();
+                self.pending = Some(j);
+            }
+        }
+        0.0
+    }
+
+    /// Records the pending proposal's outcome: the guided walk reverses the moved
+    /// component's direction after a reject.
+    pub fn decided(&mut self, accepted: bool) {
+        if let Some(j) = self.pending.take()
+            && !accepted
+        {
+            self.directions[j] = -self.directions[j];
         }
     }
 }
@@ -155,7 +272,62 @@ impl VarianceEstimate {
 
 #[cfg(test)]
 mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
     use super::*;
+
+    /// OCU and the guided walk move exactly one coordinate, each about equally often; the
+    /// guided walk only in its component's direction, which a reject reverses and an accept
+    /// keeps; the walk moves all of them. Every kind reports a proposal ratio of 0.
+    #[test]
+    fn one_component_proposals_move_one_coordinate_in_its_direction() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let theta = [1.0, -2.0, 0.5];
+        let mut out = [0.0; 3];
+        let mut walk = Proposal::new(ProposalKind::Rw, 0.1, 3);
+        assert_eq!(walk.propose(&theta, &mut out, &mut rng), 0.0);
+        assert!(out.iter().zip(&theta).all(|(o, t)| o != t));
+        for kind in [ProposalKind::Ocu, ProposalKind::Gwmh] {
+            let mut p = Proposal::new(kind, 0.1, 3);
+            let mut moved = [0usize; 3];
+            for _ in 0..3000 {
+                assert_eq!(p.propose(&theta, &mut out, &mut rng), 0.0);
+                let changed: Vec<usize> = (0..3).filter(|&j| out[j] != theta[j]).collect();
+                assert_eq!(changed.len(), 1, "{kind:?}: {out:?}");
+                let j = changed[0];
+                moved[j] += 1;
+                if kind == ProposalKind::Gwmh {
+                    let before = p.directions[j];
+                    assert_eq!((out[j] - theta[j]).signum(), before);
+                    let accepted = moved[j] % 3 == 0;
+                    p.decided(accepted);
+                    let expect = if accepted { before } else { -before };
+                    assert_eq!(p.directions[j], expect);
+                }
+            }
+            // Uniform choice: each within 5 binomial sds of 1000.
+            assert!(
+                moved
+                    .iter()
+                    .all(|&m| (m as f64 - 1000.0).abs() < 5.0 * 25.8),
+                "{moved:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn proposal_kinds_parse_by_their_names() {
+        for kind in [ProposalKind::Rw, ProposalKind::Ocu, ProposalKind::Gwmh] {
+            assert_eq!(kind.name().parse::<ProposalKind>(), Ok(kind));
+        }
+        assert!(
+            "walk"
+                .parse::<ProposalKind>()
+                .unwrap_err()
+                .contains("rw, ocu or gwmh")
+        );
+    }
 
     #[test]
     fn adaptation_moves_towards_the_target() {

@@ -10,11 +10,15 @@
 //! clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so the run is long enough to time;
 //! the budget does not change the work per iteration.
 //!
+//! Last, the full-data penalty's proposals (random walk, OCU, guided walk) on the flat banana
+//! at d = 10 (issue 13).
+//!
 //! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS]`
 use std::sync::Arc;
 use std::time::Instant;
 
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
+use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::federation::grpc::GrpcParty;
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle};
@@ -56,7 +60,7 @@ fn setting() -> Setting {
 async fn time_chains<P: PartyHandle>(
     federation: Arc<Federation<P>>,
     spec: &ModelSpec,
-    variant: Variant,
+    (variant, proposal): (Variant, ProposalKind),
     chains: u32,
     iterations: u64,
 ) -> (f64, f64) {
@@ -75,6 +79,7 @@ async fn time_chains<P: PartyHandle>(
         chains,
         iterations,
         warmup: 1,
+        proposal,
         proposal_sd: 0.008,
         clip,
         adapt: false,
@@ -117,7 +122,10 @@ async fn serve(
             .await
             .unwrap();
         });
-        handles.push((name, GrpcParty::connect(&address, TOKEN, None).await.unwrap()));
+        handles.push((
+            name,
+            GrpcParty::connect(&address, TOKEN, None).await.unwrap(),
+        ));
         stops.push(stop);
     }
     (Federation::new(handles), stops)
@@ -147,7 +155,7 @@ fn main() {
             let local = Arc::new(Federation::new(
                 nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
             ));
-            let penalty = Variant::Penalty;
+            let penalty = (Variant::Penalty, ProposalKind::Rw);
             let in_process = time_chains(local, &s.spec, penalty, chains, iterations).await;
             let (grpc, stops) =
                 serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
@@ -198,7 +206,8 @@ fn main() {
             let local = Arc::new(Federation::new(
                 nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
             ));
-            let (rate, _) = time_chains(local, &s.spec, variant, 1, iterations).await;
+            let (rate, _) =
+                time_chains(local, &s.spec, (variant, ProposalKind::Rw), 1, iterations).await;
             let base = *penalty.get_or_insert(rate);
             println!(
                 "{:<60} {rate:>14.0} {:>12.2}",
@@ -223,6 +232,7 @@ fn main() {
         let local = Arc::new(Federation::new(
             nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
         ));
+        let hmc = (hmc, ProposalKind::Rw);
         let (in_process, _) = time_chains(local, &s.spec, hmc, 1, hmc_iterations).await;
         let ledgers = dir.path().join("durable-hmc");
         std::fs::create_dir_all(&ledgers).unwrap();
@@ -268,9 +278,37 @@ fn main() {
                     Variant::Penalty => (iterations * 10_000 / rows as u64).max(200),
                     _ => iterations,
                 };
-                let (rate, _) = time_chains(local, &glm, variant, 1, n).await;
+                let (rate, _) = time_chains(local, &glm, (variant, ProposalKind::Rw), 1, n).await;
                 println!("{:<60} {rows:>10} {rate:>14.0}", variant.describe());
             }
         }
+        proposals_d10(&s.budget, iterations).await;
     });
+}
+
+/// The penalty's proposals on the thesis's flat banana at d = 10 (n = 200 000 over three
+/// parties, in-process, 1 chain): a one-component step's ratio reads one column of each
+/// party's rows (two for θ1) where the walk's reads ten, so a step costs the parties a
+/// fraction of the walk's.
+async fn proposals_d10(budget: &BudgetConfig, iterations: u64) {
+    let spec = ModelSpec::flat_banana(10);
+    let rows = 200_000;
+    let model = spec.build().unwrap();
+    let data = model.simulate(&spec.true_theta(), rows, &mut ChaCha8Rng::seed_from_u64(2));
+    let parts = data.split(PARTIES);
+    println!();
+    println!(
+        "full-data penalty on the flat banana d=10, n={rows} over {PARTIES} parties (in-process, 1 chain)"
+    );
+    println!("{:<12} {:>14} {:>12}", "proposal", "it/s", "/ rw");
+    let mut walk = None;
+    for proposal in [ProposalKind::Rw, ProposalKind::Ocu, ProposalKind::Gwmh] {
+        let local = Arc::new(Federation::new(
+            nodes(&spec, parts.clone(), *budget, None).unwrap(),
+        ));
+        let variant = (Variant::Penalty, proposal);
+        let (rate, _) = time_chains(local, &spec, variant, 1, iterations).await;
+        let base = *walk.get_or_insert(rate);
+        println!("{:<12} {rate:>14.0} {:>12.2}", proposal.name(), rate / base);
+    }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use fedmcmc_common::diagnostics::MIN_DRAWS;
 use fedmcmc_common::models::Model;
+use fedmcmc_common::proposal::ProposalKind;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -32,6 +33,8 @@ pub struct JobSettings {
     /// Warm-up steps; `None` means the first half of each chain (as in the thesis).
     pub warmup: Option<u64>,
     pub clip: f64,
+    /// The penalty kernels' proposal.
+    pub proposal: ProposalKind,
     pub proposal_sd: f64,
     pub adapt: bool,
     pub target_accept: f64,
@@ -170,6 +173,7 @@ pub async fn run<P: PartyHandle>(
         warmup,
         proposal_sd: settings.proposal_sd,
         clip: settings.clip,
+        proposal: settings.proposal,
         adapt: settings.adapt,
         target_accept: settings.target_accept,
         seed: settings.seed,

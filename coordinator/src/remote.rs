@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fedmcmc_common::models::ModelSpec;
+use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_party::tls::TlsFiles;
 use serde::{Deserialize, Serialize};
 use tonic::transport::ClientTlsConfig;
@@ -23,8 +24,9 @@ pub struct RunConfig {
     /// Output directory (relative to the config file); `--out` overrides it.
     pub out: Option<PathBuf>,
     /// The likelihood must match every party's (checked by fingerprint); the prior is the
-    /// coordinator's own.
-    pub model: ModelSpec,
+    /// coordinator's own. Absent when the program samples a model written in Rust
+    /// ([`run_with`]).
+    pub model: Option<ModelSpec>,
     pub sampler: SamplerSection,
     pub parties: Vec<RemoteParty>,
     /// Mutual TLS: the coordinator's certificate and key, and the CA every party's
@@ -41,6 +43,9 @@ pub struct SamplerSection {
     /// `penalty` (default), `minibatch-penalty`, `barker` or `hmc`.
     #[serde(default = "default_variant")]
     pub variant: VariantName,
+    /// The penalty variants' proposal: `rw` (default), `ocu` or `gwmh` (Räisä 2020, Sec. 3.1).
+    #[serde(default)]
+    pub proposal: ProposalKind,
     /// Minibatch variants: rows per step over the federation, split in proportion to the
     /// parties' rows (default 1000).
     pub batch_size: Option<u64>,
@@ -62,8 +67,9 @@ pub struct SamplerSection {
     pub proposal_sd: f64,
     #[serde(default = "default_true")]
     pub adapt: bool,
-    #[serde(default = "default_target")]
-    pub target_accept: f64,
+    /// The acceptance rate warm-up adapts the scale to (default 0.25 for `rw`, 0.44 for a
+    /// one-component proposal).
+    pub target_accept: Option<f64>,
     #[serde(default = "default_seed")]
     pub seed: u64,
     /// Where the chains start: `"private"` (the default: the private initialiser) or one
@@ -83,9 +89,6 @@ fn default_chains() -> u32 {
 }
 fn default_true() -> bool {
     true
-}
-fn default_target() -> f64 {
-    0.25
 }
 fn default_seed() -> u64 {
     1
@@ -168,15 +171,37 @@ impl RunConfig {
 /// The command's name, as the checkpoint records it.
 const COMMAND: &str = "run";
 
-/// Runs the configured job until it ends or `stop` is requested, and reports it. The job
-/// keeps a checkpoint in its output directory, so that [`resume`] can carry it on if the
-/// coordinator is killed.
+/// Runs the configured job with the built-in model of its `[model]` table until it ends or
+/// `stop` is requested, and reports it. The job keeps a checkpoint in its output directory,
+/// so that [`resume`] can carry it on if the coordinator is killed.
 pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow::Result<Report> {
+    let model = built_in(&config)?;
+    run_with(config, model, out, stop).await
+}
+
+/// Runs the configured job with `model`, which must be the parties' (checked by
+/// fingerprint): the entry point of a program that samples a model written in Rust (the
+/// prior and the proposals are the coordinator's, so it needs the model too; see
+/// `party/examples/custom_model`).
+pub async fn run_with(
+    config: RunConfig,
+    model: Arc<dyn Model>,
+    out: Option<PathBuf>,
+    stop: &Stop,
+) -> anyhow::Result<Report> {
+    if let Some(spec) = &config.model
+        && spec.build()?.fingerprint() != model.fingerprint()
+    {
+        anyhow::bail!(
+            "the run config's [model] is not the {} model this program samples: remove it",
+            model.name()
+        );
+    }
     let out = out
         .or(config.out.clone())
         .ok_or_else(|| anyhow::anyhow!("give --out or `out` in the run config"))?;
     let checkpoint = Checkpoint::start(&out, COMMAND, &config)?;
-    let outcome = job(config, &out, &checkpoint, stop).await;
+    let outcome = job(config, model, &out, &checkpoint, stop).await;
     checkpoint.end(&outcome)?;
     outcome
 }
@@ -184,19 +209,44 @@ pub async fn run(config: RunConfig, out: Option<PathBuf>, stop: &Stop) -> anyhow
 /// Carries on the job in `out`, whose coordinator was killed, with the settings it started
 /// with: the same run ids and steps, the draws so far kept.
 pub async fn resume(out: &Path, stop: &Stop) -> anyhow::Result<Report> {
-    let (checkpoint, config) = Checkpoint::resume(out, COMMAND)?;
-    let outcome = job(config, out, &checkpoint, stop).await;
+    let (checkpoint, config) = Checkpoint::resume::<RunConfig>(out, COMMAND)?;
+    let model = built_in(&config)?;
+    resumed(config, model, out, checkpoint, stop).await
+}
+
+/// [`resume`] for a program that samples `model`, written in Rust (see [`run_with`]).
+pub async fn resume_with(out: &Path, model: Arc<dyn Model>, stop: &Stop) -> anyhow::Result<Report> {
+    let (checkpoint, config) = Checkpoint::resume::<RunConfig>(out, COMMAND)?;
+    resumed(config, model, out, checkpoint, stop).await
+}
+
+async fn resumed(
+    config: RunConfig,
+    model: Arc<dyn Model>,
+    out: &Path,
+    checkpoint: Checkpoint,
+    stop: &Stop,
+) -> anyhow::Result<Report> {
+    let outcome = job(config, model, out, &checkpoint, stop).await;
     checkpoint.end(&outcome)?;
     outcome
 }
 
+/// The model of the config's `[model]` table.
+fn built_in(config: &RunConfig) -> anyhow::Result<Arc<dyn Model>> {
+    match &config.model {
+        Some(spec) => Ok(spec.build()?),
+        None => anyhow::bail!("the run config has no [model] table"),
+    }
+}
+
 async fn job(
     config: RunConfig,
+    model: Arc<dyn Model>,
     out: &Path,
     checkpoint: &Checkpoint,
     stop: &Stop,
 ) -> anyhow::Result<Report> {
-    let model = config.model.build()?;
     let transports = config.transports()?;
     let mut handles = Vec::with_capacity(config.parties.len());
     for (p, tls) in config.parties.iter().zip(transports) {
@@ -221,6 +271,9 @@ async fn job(
     };
     let variant =
         Variant::new(s.variant, s.batch_size, s.barker_c, hmc).map_err(anyhow::Error::msg)?;
+    variant
+        .check_proposal(s.proposal)
+        .map_err(anyhow::Error::msg)?;
     let settings = JobSettings {
         variant,
         chains: s.chains,
@@ -235,9 +288,12 @@ async fn job(
             (_, Some(c)) => c,
             (v, None) => anyhow::bail!("the {} variant needs `clip` in [sampler]", v.name()),
         },
+        proposal: s.proposal,
         proposal_sd: s.proposal_sd,
         adapt: s.adapt,
-        target_accept: s.target_accept,
+        target_accept: s
+            .target_accept
+            .unwrap_or(s.proposal.default_target_accept()),
         seed: s.seed,
     };
     let start = match s.init.clone().unwrap_or(InitChoice::Private) {
@@ -258,10 +314,13 @@ async fn job(
             "init = \"truth-jitter\" is a simulation protocol: a run has no true θ; use \"private\" or a point"
         ),
     };
-    let comments = vec![(
-        "model_spec".to_string(),
-        serde_json::to_string(&config.model)?,
-    )];
+    let comments = vec![match &config.model {
+        Some(spec) => ("model_spec".to_string(), serde_json::to_string(spec)?),
+        None => (
+            "model".to_string(),
+            format!("{} (fingerprint {})", model.name(), model.fingerprint()),
+        ),
+    }];
     let result = job::run(
         Arc::new(Federation::new(handles)),
         Arc::clone(&model),

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::models::Model;
+use fedmcmc_common::proposal::ProposalKind;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -27,7 +28,9 @@ pub struct SamplerConfig {
     pub iterations: u64,
     /// Leading steps that adapt the walk and are not reported as draws.
     pub warmup: u64,
-    /// Initial random-walk standard deviation.
+    /// How the penalty kernels propose θ′ (the others use the random walk).
+    pub proposal: ProposalKind,
+    /// Initial proposal standard deviation (the walk's, or one component's step).
     pub proposal_sd: f64,
     /// The run's per-row ratio clip coefficient (DP HMC rejects trajectories too long for
     /// it).
@@ -52,9 +55,13 @@ pub fn chain_seed(seed: u64, chain: u32) -> u64 {
 }
 
 impl SamplerConfig {
-    /// What the sampler can check before any release is asked for: one finite initial point
-    /// of the model's dimension per chain, and a warm-up shorter than the chain.
+    /// What the sampler can check before any release is asked for: a proposal the variant
+    /// takes, one finite initial point of the model's dimension per chain, and a warm-up
+    /// shorter than the chain.
     pub fn check(&self, inits: &[Vec<f64>], dim: usize) -> Result<(), SampleError> {
+        self.variant
+            .check_proposal(self.proposal)
+            .map_err(SampleError::Config)?;
         if inits.len() != self.chains as usize {
             return Err(SampleError::Config(format!(
                 "{} initial points for {} chains",
@@ -308,7 +315,17 @@ pub async fn sample<P: PartyHandle>(
                     Ratio::Sufficient
                 }
             };
-            chains.spawn(|| Penalty::new(Arc::clone(&model), sd, target, config.penalise, ratio))
+            let proposal = config.proposal;
+            chains.spawn(|| {
+                Penalty::new(
+                    Arc::clone(&model),
+                    proposal,
+                    sd,
+                    target,
+                    config.penalise,
+                    ratio,
+                )
+            })
         }
         Variant::Barker { c, .. } => {
             let fit =

@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use fedmcmc_common::diagnostics;
-use fedmcmc_common::models::{BananaSpec, ExactPosterior, Family, GlmSpec, ModelSpec};
+use fedmcmc_common::models::{
+    BananaSpec, CircleSpec, ExactPosterior, Family, GlmSpec, MixtureSpec, ModelSpec,
+};
 use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
 use fedmcmc_party::tls;
 use rand::SeedableRng;
@@ -26,23 +29,25 @@ use crate::job::{self, Inits, JobSettings, Start};
 use crate::output::{self, Report, summary::ExactReference};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
-/// Model presets selectable by name (Räisä 2020, Table 5.1).
+/// Model presets selectable by name (Räisä 2020, Table 5.1; Heikkilä et al. 2019). Each
+/// brings the thesis's rows and, for the full-data DP penalty, its τ, walk sd and clip
+/// (flags override them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
-    /// Flat banana: a = 20, σ1² = 20, σ2² = 2.5, σ0² = 1000, θ = (0, 3, 0, …).
+    /// Flat banana: a = 20, σ1² = 20, σ2² = 2.5, σ0² = 1000, θ = (0, 3, 0, …); n = 100 000
+    /// at d = 2, 200 000 at d = 10.
     Banana,
-    /// The flat banana tempered with T = 1000/n.
+    /// The flat banana tempered with T = 1000/n (n as for the flat banana).
     TemperedBanana,
     /// Gaussian with identity likelihood covariance, σ0² = 1000, θ = (0, 3, 0, …).
     Gaussian,
-    /// The narrow banana (Räisä 2020, Table 5.1; run there with n = 150 000): the flat
-    /// banana with a = 350. Two-dimensional.
+    /// The narrow banana (n = 150 000): the flat banana with a = 350. Two-dimensional.
     NarrowBanana,
-    /// The thesis's "Gauss 30d" (Räisä 2020, Table 5.1; n = 200 000): the flat banana with
-    /// a = 0, a Gaussian with likelihood variances (20, 2.5, 1, …); d = 30 unless --dim.
+    /// "Gauss 30d" (n = 200 000): the flat banana with a = 0, a Gaussian with likelihood
+    /// variances (20, 2.5, 1, …); d = 30 unless --dim.
     ThesisGaussian,
-    /// The correlated Gaussian (Räisä 2020, Table 5.1; n = 200 000): likelihood covariance
+    /// The correlated Gaussian (n = 200 000): likelihood covariance
     /// [[1, 0.999], [0.999, 1]], σ0² = 100, θ = (0, 3). Two-dimensional.
     CorrelatedGaussian,
     /// Logistic regression over named columns `feature1 …` (each within [−2, 2]) and a 0/1
@@ -54,18 +59,22 @@ pub enum Preset {
     /// Linear regression with noise sd 1 and the label within [−20, 20]; conjugate, so
     /// compared with its exact posterior.
     GaussianGlm,
+    /// The circle (Räisä 2020, Sec. 5.1; n = 100 000): ln p(r|θ) = −a(‖θ‖² − r²)², a = 1e-5,
+    /// flat prior, rows r ~ N(3, 1); the posterior is a ring with mean at the origin.
+    Circle,
+    /// The Gaussian mixture of Heikkilä et al. 2019 (n = 10⁶, tempered to n₀ = 100):
+    /// x ~ ½N(θ1, 2) + ½N(θ1 + θ2, 2), θ = (0, 1). No exact posterior.
+    Mixture,
 }
+
+/// The full-data DP penalty's (τ, proposal sd, clip) in the thesis's experiments (Räisä 2020,
+/// Sec. 6, as its experiment code ran them).
+type ThesisPenalty = (f64, f64, f64);
 
 impl Preset {
     /// The preset's model; `dim` is the --dim given, if any.
     fn spec(self, dim: Option<usize>, rows: usize) -> anyhow::Result<ModelSpec> {
-        let two_d = |name: &str| match dim {
-            None | Some(2) => Ok(()),
-            Some(d) => Err(anyhow::anyhow!(
-                "the {name} preset is two-dimensional, not {d}"
-            )),
-        };
-        let d = dim.unwrap_or(2);
+        let d = self.dim(dim)?;
         Ok(match self {
             Preset::Banana => ModelSpec::flat_banana(d),
             Preset::TemperedBanana => ModelSpec::tempered_banana(d, rows),
@@ -75,19 +84,15 @@ impl Preset {
                     .collect();
                 ModelSpec::gaussian(cov, 1000.0)
             }
-            Preset::NarrowBanana => {
-                two_d("narrow-banana")?;
-                ModelSpec::Banana(BananaSpec {
-                    a: 350.0,
-                    ..BananaSpec::flat(2)
-                })
-            }
+            Preset::NarrowBanana => ModelSpec::Banana(BananaSpec {
+                a: 350.0,
+                ..BananaSpec::flat(2)
+            }),
             Preset::ThesisGaussian => ModelSpec::Banana(BananaSpec {
                 a: 0.0,
-                ..BananaSpec::flat(dim.unwrap_or(30))
+                ..BananaSpec::flat(d)
             }),
             Preset::CorrelatedGaussian => {
-                two_d("correlated-gaussian")?;
                 ModelSpec::gaussian(vec![vec![1.0, 0.999], vec![0.999, 1.0]], 100.0)
             }
             Preset::LogisticGlm | Preset::PoissonGlm | Preset::GaussianGlm => {
@@ -96,14 +101,77 @@ impl Preset {
                     Preset::PoissonGlm => Family::Poisson,
                     _ => Family::Gaussian,
                 };
-                let d = dim.unwrap_or(3);
-                if d < 2 {
-                    anyhow::bail!(
-                        "a GLM preset has an intercept and a feature at least: --dim 2 or more, not {d}"
-                    );
-                }
                 ModelSpec::Glm(GlmSpec::example(family, d))
             }
+            Preset::Circle => ModelSpec::Circle(CircleSpec::thesis()),
+            Preset::Mixture => ModelSpec::Mixture(MixtureSpec::heikkila(100.0, rows)),
+        })
+    }
+
+    /// The dimension: --dim where the preset has a free one (default 2, 30 for
+    /// thesis-gaussian), else its own, which --dim may only repeat.
+    fn dim(self, dim: Option<usize>) -> anyhow::Result<usize> {
+        let fixed = match self {
+            Preset::Banana | Preset::TemperedBanana | Preset::Gaussian => {
+                return Ok(dim.unwrap_or(2));
+            }
+            Preset::LogisticGlm | Preset::PoissonGlm | Preset::GaussianGlm => {
+                return match dim.unwrap_or(3) {
+                    d if d < 2 => Err(anyhow::anyhow!(
+                        "a GLM preset has an intercept and a feature at least: --dim 2 or more, not {d}"
+                    )),
+                    d => Ok(d),
+                };
+            }
+            Preset::ThesisGaussian => return Ok(dim.unwrap_or(30)),
+            Preset::NarrowBanana
+            | Preset::CorrelatedGaussian
+            | Preset::Circle
+            | Preset::Mixture => 2,
+        };
+        match dim {
+            None => Ok(fixed),
+            Some(d) if d == fixed => Ok(d),
+            Some(d) => {
+                let name = self.to_possible_value().map(|v| v.get_name().to_string());
+                Err(anyhow::anyhow!(
+                    "the {} preset is {fixed}-dimensional, not {d}",
+                    name.unwrap_or_default()
+                ))
+            }
+        }
+    }
+
+    /// The thesis's rows for this preset at dimension `d` (Räisä 2020, Table 5.1;
+    /// Heikkilä et al. 2019 for the mixture).
+    fn rows(self, d: usize) -> usize {
+        match self {
+            Preset::Banana | Preset::TemperedBanana if d == 10 => 200_000,
+            Preset::ThesisGaussian | Preset::CorrelatedGaussian => 200_000,
+            Preset::NarrowBanana => 150_000,
+            Preset::Mixture => 1_000_000,
+            _ => 100_000,
+        }
+    }
+
+    /// The thesis's full-data DP penalty settings for this preset at dimension `d`, where it
+    /// ran one: with the random walk, or with OCU and the guided walk (its "OCU+GWMH" runs,
+    /// used here for either).
+    fn thesis_penalty(self, d: usize, proposal: ProposalKind) -> Option<ThesisPenalty> {
+        let (walk, one_component) = match (self, d) {
+            (Preset::Banana, 2) => ((0.1, 0.008, 2.0), (0.1, 0.008, 1.8)),
+            (Preset::Banana, 10) => ((0.1, 0.0015, 2.0), (0.1, 0.0015, 3.0)),
+            (Preset::TemperedBanana, 2) => ((0.2, 0.035, 5.0), (0.2, 0.04, 3.5)),
+            (Preset::TemperedBanana, 10) => ((0.18, 0.02, 3.0), (0.1, 0.04, 3.0)),
+            (Preset::ThesisGaussian, 30) => ((0.06, 8.4e-4, 3.0), (0.2, 8.4e-4, 3.0)),
+            (Preset::NarrowBanana, _) => ((0.2, 0.0015, 5.5), (0.1, 0.0015, 8.5)),
+            (Preset::CorrelatedGaussian, _) => ((0.07, 1.5e-4, 50.0), (0.1, 2e-4, 45.0)),
+            (Preset::Circle, _) => ((4.0, 0.2, 0.002), (4.0, 0.3, 0.002)),
+            _ => return None,
+        };
+        Some(match proposal {
+            ProposalKind::Rw => walk,
+            ProposalKind::Ocu | ProposalKind::Gwmh => one_component,
         })
     }
 }
@@ -154,6 +222,11 @@ pub struct SimulateArgs {
     /// the gaussian GLM) [default: penalty].
     #[arg(long, value_enum)]
     pub variant: Option<VariantName>,
+    /// How the penalty variants propose θ′: `rw` (Gaussian random walk), `ocu` (one
+    /// component at a time) or `gwmh` (the guided walk: one component in its own direction,
+    /// reversed after a reject) (Räisä 2020, Sec. 3.1) [default: rw].
+    #[arg(long)]
+    pub proposal: Option<ProposalKind>,
     /// Minibatch variants: rows per step over the whole federation, split among the parties
     /// in proportion to their rows; each party draws its share in secret [default: 1000].
     #[arg(long)]
@@ -232,6 +305,7 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         tau: flags.tau.or(file.tau),
         iterations: flags.iterations.or(file.iterations),
         variant: flags.variant.or(file.variant),
+        proposal: flags.proposal.or(file.proposal),
         batch_size: flags.batch_size.or(file.batch_size),
         barker_c: flags.barker_c.or(file.barker_c),
         leapfrog_steps: flags.leapfrog_steps.or(file.leapfrog_steps),
@@ -299,16 +373,25 @@ impl Simulation {
             out: Some(out.clone()),
             ..args.clone()
         };
-        let rows = args.rows.unwrap_or(100_000);
+
+        let preset = match (args.model, &args.model_spec) {
+            (None, Some(_)) => None,
+            (preset, _) => Some(preset.unwrap_or(Preset::Banana)),
+        };
+        let dim = preset.map(|p| p.dim(args.dim)).transpose()?;
+        let rows = args
+            .rows
+            .or(preset.zip(dim).map(|(p, d)| p.rows(d)))
+            .unwrap_or(100_000);
         let parties = args.parties.unwrap_or(3);
         if parties == 0 || rows < parties {
             anyhow::bail!(
                 "need at least one party and one row per party ({rows} rows, {parties} parties)"
             );
         }
-        let spec = match (args.model, args.model_spec) {
-            (None, Some(spec)) => spec,
-            (preset, _) => preset.unwrap_or(Preset::Banana).spec(args.dim, rows)?,
+        let spec = match (preset, args.model_spec) {
+            (Some(preset), _) => preset.spec(args.dim, rows)?,
+            (None, spec) => spec.expect("a model spec when there is no preset"),
         };
         let iterations = args.iterations;
         let variant = Variant::new(
@@ -323,6 +406,17 @@ impl Simulation {
             },
         )
         .map_err(anyhow::Error::msg)?;
+        let proposal = args.proposal.unwrap_or_default();
+        variant
+            .check_proposal(proposal)
+            .map_err(anyhow::Error::msg)?;
+        // The thesis's settings for the preset's full-data DP penalty, else flat banana d = 2's.
+        let thesis = match (variant, preset.zip(dim)) {
+            (Variant::Penalty, Some((preset, d))) => preset.thesis_penalty(d, proposal),
+            _ => None,
+        };
+        let (thesis_tau, proposal_sd, clip) = thesis.unwrap_or((0.1, 0.008, 2.0));
+        let clip = args.clip.unwrap_or(clip);
         // The full-data variant may run as long as the budget allows at a default τ; the
         // others are planned by the parties' accountants from their iterations.
         if matches!(variant, Variant::Barker { .. })
@@ -336,11 +430,12 @@ impl Simulation {
         let initialiser = InitialiserSettings {
             share: args.init_share.unwrap_or(initialiser::DEFAULT_SHARE),
             steps: args.init_steps.unwrap_or(initialiser::DEFAULT_STEPS),
-            gradient_clip: variant.gradient_clip(args.clip),
+            gradient_clip: variant.gradient_clip(Some(clip)),
         };
         initialiser.check().map_err(anyhow::Error::msg)?;
         let default_tau = match variant {
-            Variant::Penalty | Variant::SufficientStatistics if iterations.is_none() => Some(0.1),
+            Variant::Penalty if iterations.is_none() => Some(thesis_tau),
+            Variant::SufficientStatistics if iterations.is_none() => Some(0.1),
             Variant::Hmc { .. } => Some(0.1),
             _ => None,
         };
@@ -356,10 +451,11 @@ impl Simulation {
                 iterations,
                 tau: args.tau.or(default_tau),
                 warmup: args.warmup,
-                clip: args.clip.unwrap_or(2.0),
-                proposal_sd: args.proposal_sd.unwrap_or(0.008),
+                clip,
+                proposal,
+                proposal_sd: args.proposal_sd.unwrap_or(proposal_sd),
                 adapt: !args.no_adapt.unwrap_or(false),
-                target_accept: 0.25,
+                target_accept: proposal.default_target_accept(),
                 seed: args.seed.unwrap_or(1),
             },
             init: args.init.unwrap_or(InitChoice::Private),
@@ -588,6 +684,7 @@ async fn federate(
         );
     }
 
+
     let names: Vec<String> = (1..=sim.parties).map(|i| format!("party-{i}")).collect();
     // A throwaway CA for this federation, with the coordinator's certificate beside it.
     let ca = out.join("tls");
@@ -671,11 +768,18 @@ async fn federate(
         Some(exact) => Some(exact_reference(exact.as_ref(), &result, sim.job.seed)?),
         None => None,
     };
-    output::finish(out, model.name(), &result, reference.as_ref())
+    let mut report = output::finish(out, model.name(), &result, reference.as_ref())?;
+    if reference.is_none() {
+        report.table += &format!(
+            "\nno exact posterior for the {} model: the draws are compared with none (no MMD)\n",
+            model.name()
+        );
+    }
+    Ok(report)
 }
 
-/// The exact posterior's moments, and the MMD of the pooled draws to its draws beside that of
-/// as many independent exact draws (Räisä 2020, Sec. 5.3).
+/// The exact posterior's moments, its reference sample and the MMDs of the pooled draws and
+/// of as many independent exact draws against it (Räisä 2020, Sec. 5.3).
 fn exact_reference(
     exact: &dyn ExactPosterior,
     result: &job::JobResult,

@@ -3,6 +3,7 @@
 //! accountant entry (`party/src/node.rs::mechanism_of`) and a kernel (`kernels/`).
 use fedmcmc_common::accountant;
 use fedmcmc_common::barker::CorrectionFit;
+use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_party::node::{BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS};
 use serde::Serialize;
 
@@ -160,6 +161,22 @@ impl Variant {
                 }
             }
         })
+    }
+
+    /// The penalty variants take any proposal (Räisä 2020, Sec. 3.1; Sec. 3.4 for the
+    /// minibatch); DP Barker takes the random walk it was built and tested with, and DP HMC
+    /// proposes by its trajectory.
+    pub fn check_proposal(&self, proposal: ProposalKind) -> Result<(), String> {
+        match (self, proposal) {
+            (_, ProposalKind::Rw) | (Variant::Penalty | Variant::MinibatchPenalty { .. }, _) => {
+                Ok(())
+            }
+            (v, p) => Err(format!(
+                "--proposal {} applies to the penalty and minibatch-penalty variants, not {}",
+                p.name(),
+                v.name()
+            )),
+        }
     }
 
     /// The clip on each row's gradient norm the private initialiser uses: DP HMC's own, else

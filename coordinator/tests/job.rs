@@ -117,6 +117,7 @@ fn settings(iterations: u64) -> JobSettings {
         tau: Some(1.0),
         warmup: None,
         clip: 2.0,
+        proposal: fedmcmc_common::proposal::ProposalKind::Rw,
         proposal_sd: 0.05,
         adapt: true,
         target_accept: 0.25,

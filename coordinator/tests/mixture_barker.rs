@@ -57,6 +57,7 @@ async fn experiment(rows: usize, iterations: u64) -> (Vec<Vec<f64>>, f64, f64, f
         chains: CHAINS,
         iterations,
         warmup: iterations / 4,
+        proposal: fedmcmc_common::proposal::ProposalKind::Rw,
         proposal_sd: 0.08,
         clip: 0.0,
         adapt: false,

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::checkpoint::Checkpoint;
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::recorded::Recorded;
@@ -55,6 +56,7 @@ fn parties(model: &ModelSpec) -> Vec<(String, Arc<PartyNode>)> {
 fn settings() -> JobSettings {
     JobSettings {
         variant: Variant::Penalty,
+        proposal: ProposalKind::Rw,
         chains: CHAINS,
         iterations: Some(ITERATIONS),
         tau: Some(1.0),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fedmcmc_common::acceptance;
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::models::Model;
+use fedmcmc_common::proposal::ProposalKind;
 use rand_chacha::ChaCha8Rng;
 
 use super::walk::Walk;
@@ -28,7 +29,7 @@ impl Barker {
     ) -> Self {
         Barker {
             fit,
-            walk: Walk::new(model, proposal_sd, target_accept),
+            walk: Walk::new(model, ProposalKind::Rw, proposal_sd, target_accept),
         }
     }
 }
@@ -60,7 +61,8 @@ impl Kernel for Barker {
         theta: &mut [f64],
         rng: &mut ChaCha8Rng,
     ) -> Result<Transition, LinkError> {
-        let log_prior_ratio = self.walk.propose(theta, rng);
+        // The random walk is symmetric: its proposal ratio is 0.
+        let (log_prior_ratio, _) = self.walk.propose(theta, rng);
         let step = link.next_step();
         let answer = link
             .ask(Query::BarkerLogLikRatio {
@@ -69,12 +71,9 @@ impl Kernel for Barker {
             })
             .await?;
         check_total(self.fit.c, answer.noise_variance, step)?;
-        // Symmetric proposal: no proposal ratio.
         let lambda_hat = answer.value[0] + log_prior_ratio;
         let accepted = acceptance::barker_accept(lambda_hat, self.fit.sample(rng));
-        if accepted {
-            self.walk.accept(theta);
-        }
+        self.walk.decided(accepted, theta);
         Ok(Transition {
             accepted,
             accept_stat: self.fit.accept_probability(lambda_hat),

@@ -1,6 +1,7 @@
 //! The DP penalty kernel (Yıldırım & Ermiş 2019, Alg. 2; Räisä 2020, Sec. 3.1–3.2): a
-//! Gaussian random walk proposes θ′, the federation releases Σᵢ d̂ᵢ and Σᵢ σᵢ², and the
-//! penalty test of `fedmcmc_common::acceptance` decides. With `minibatch` each party
+//! Gaussian random walk, one-component updates or the guided walk propose θ′, the
+//! federation releases Σᵢ d̂ᵢ and Σᵢ σᵢ², and the penalty test of
+//! `fedmcmc_common::acceptance` decides, with the proposal's ratio. With `minibatch` each party
 //! releases its batch estimate less half its variance instead (Räisä 2020, Sec. 3.4), and the
 //! same test decides. With sufficient statistics each party releases its noisy statistics and
 //! the ratio and its variance follow from their sum (Yıldırım & Ermiş 2019, Alg. 3, eq. 8).
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use fedmcmc_common::acceptance::PenaltyTerms;
 use fedmcmc_common::models::{Model, noisy_log_lik_ratio};
+use fedmcmc_common::proposal::ProposalKind;
 use rand_chacha::ChaCha8Rng;
 
 use super::walk::Walk;
@@ -37,13 +39,14 @@ impl Penalty {
     /// With `Ratio::Sufficient`, `model` must have sufficient statistics.
     pub fn new(
         model: Arc<dyn Model>,
+        proposal: ProposalKind,
         proposal_sd: f64,
         target_accept: f64,
         penalise: bool,
         ratio: Ratio,
     ) -> Self {
         Penalty {
-            walk: Walk::new(Arc::clone(&model), proposal_sd, target_accept),
+            walk: Walk::new(Arc::clone(&model), proposal, proposal_sd, target_accept),
             model,
             penalise,
             ratio,
@@ -58,7 +61,7 @@ impl Kernel for Penalty {
         theta: &mut [f64],
         rng: &mut ChaCha8Rng,
     ) -> Result<Transition, LinkError> {
-        let log_prior_ratio = self.walk.propose(theta, rng);
+        let (log_prior_ratio, log_proposal_ratio) = self.walk.propose(theta, rng);
         let theta_proposed = self.walk.proposal();
         let (noisy_log_lik_ratio, noise_variance) = match self.ratio {
             Ratio::Full | Ratio::Minibatch => {
@@ -98,13 +101,11 @@ impl Kernel for Penalty {
             noisy_log_lik_ratio,
             noise_variance,
             log_prior_ratio,
-            log_proposal_ratio: 0.0,
+            log_proposal_ratio,
         }
         .log_ratio(self.penalise);
         let transition = Transition::metropolis(log_ratio, noise_variance, rng);
-        if transition.accepted {
-            self.walk.accept(theta);
-        }
+        self.walk.decided(transition.accepted, theta);
         Ok(transition)
     }
 

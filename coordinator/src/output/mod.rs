@@ -138,6 +138,7 @@ pub fn job_comments(
 ) -> Vec<(String, String)> {
     let mut c = vec![
         ("variant".to_string(), s.variant.describe()),
+        ("proposal".to_string(), s.proposal.describe().to_string()),
         ("chains".to_string(), s.chains.to_string()),
         ("iterations".to_string(), s.iterations.to_string()),
         ("warmup".to_string(), s.warmup.to_string()),

@@ -2,6 +2,7 @@
 //! ESS, per-chain acceptance, per-party privacy spent, and, in simulations, the distance to
 //! the exact posterior.
 use fedmcmc_common::diagnostics::{self, DiagnosticsError};
+use fedmcmc_common::proposal::ProposalKind;
 use serde::Serialize;
 
 use crate::initialiser::InitialiserSettings;
@@ -78,6 +79,8 @@ pub struct Summary {
     /// The sampler: `variant` and its parameters.
     #[serde(flatten)]
     pub sampler: Variant,
+    /// The proposal: `rw`, `ocu` or `gwmh`.
+    pub proposal: ProposalKind,
     pub init: String,
     /// The private initialiser's settings, the point it found and the sd it estimated.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -222,6 +225,7 @@ pub fn summarise(
     Ok(Summary {
         model: model.to_string(),
         sampler: job.sampler.variant,
+        proposal: job.sampler.proposal,
         init: job.inits.label.clone(),
         initialiser: job.initialiser.as_ref().map(|init| InitialiserSummary {
             settings: init.settings,
@@ -255,8 +259,12 @@ pub fn table(s: &Summary) -> String {
         ));
     }
     out.push_str(&format!(
-        "model: {}   init: {}   seed: {}\n\n",
-        s.model, s.init, s.seed
+        "model: {}   variant: {}   proposal: {}   init: {}   seed: {}\n\n",
+        s.model,
+        s.sampler.name(),
+        s.proposal.name(),
+        s.init,
+        s.seed
     ));
     out.push_str(&format!(
         "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
