@@ -119,7 +119,8 @@ fn main() -> ExitCode {
             insecure,
         },
     };
-    init_logging();
+    // Log lines on stderr (progress, grants); `RUST_LOG` overrides the level.
+    fedmcmc_party::cli::init_logging();
     runtime().block_on(async {
         let stop = match interrupt::on_signals() {
             Ok(stop) => stop,
@@ -198,18 +199,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// Log lines on stderr (progress, grants); `RUST_LOG` overrides the level.
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in log files or pipes.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 /// Clap's message up to its first blank line (dropping the usage block), on one line.

@@ -549,7 +549,7 @@ fn write_party_dir(
             path: "rows.sqlite".into(),
             table: "rows".into(),
         },
-        model: sim.spec.clone(),
+        model: Some(sim.spec.clone()),
         limits: Default::default(),
         insecure: tls.is_none(),
         tls,

@@ -26,7 +26,10 @@ pub struct PartyConfig {
     pub neighbours: Neighbours,
     pub budget: BudgetConfig,
     pub data: DataConfig,
-    pub model: ModelSpec,
+    /// The built-in model the `party` binary serves. A party built with its own model in
+    /// Rust (`fedmcmc_party::cli::main`, see `party/examples/custom_model`) has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
     /// Caps and the idle lease; every key has a default.
     #[serde(default)]
     pub limits: RunLimits,
@@ -482,7 +485,7 @@ mod tests {
                 path: "rows.sqlite".into(),
                 table: "rows".into(),
             },
-            model: ModelSpec::flat_banana(2),
+            model: Some(ModelSpec::flat_banana(2)),
             limits: RunLimits::default(),
             tls: None,
             insecure: true,

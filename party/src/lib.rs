@@ -7,9 +7,13 @@
 //! - `node`: the run lifecycle; `release`: the one path by which anything leaves;
 //!   `statistics`: what each kind of query computes from the rows.
 //! - `service`: the gRPC mapping and authentication.
+//! - `cli`: the `party` command line, for the built-in models or a model written in Rust.
 use std::sync::Arc;
 
+use fedmcmc_common::models::Model;
+
 pub mod budget;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod ledger;
@@ -41,10 +45,26 @@ pub struct Opened {
     pub token: String,
 }
 
-/// Loads rows, model, budget and ledger from a validated config. The ledger is taken first,
-/// so that a second party on it stops at once, before loading any rows.
+/// The built-in model a config's `[model]` table names: what the `party` binary serves.
+pub fn configured_model(config: &config::PartyConfig) -> anyhow::Result<Arc<dyn Model>> {
+    match &config.model {
+        Some(spec) => Ok(spec.build()?),
+        None => anyhow::bail!(
+            "party {}: the config has no [model] table (a model written in Rust is served by its own program, see `fedmcmc_party::cli`)",
+            config.name
+        ),
+    }
+}
+
+/// [`open_with`] the model of the config's `[model]` table.
 pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
-    let model = config.model.build()?;
+    open_with(config, configured_model(config)?)
+}
+
+/// Loads rows, budget and ledger from a validated config, to serve `model` over them. The
+/// ledger is taken first, so that a second party on it stops at once, before loading any
+/// rows.
+pub fn open_with(config: &config::PartyConfig, model: Arc<dyn Model>) -> anyhow::Result<Opened> {
     let token = config.read_token()?;
     let ledger = ledger::Ledger::open(&config.ledger)?;
     let budget = budget::Budget::new(config.budget)?;
@@ -68,8 +88,7 @@ pub fn open(config: &config::PartyConfig) -> anyhow::Result<Opened> {
 /// open runs' reservations, and each open run's terms and progress. Read from a snapshot of
 /// the ledger (see [`ledger::Ledger::snapshot`]) through the same accounting a serving node
 /// uses, so the figures are those `Describe` would give; the rows are not read.
-pub fn status(config: &config::PartyConfig) -> anyhow::Result<String> {
-    let model = config.model.build()?;
+pub fn status(config: &config::PartyConfig, model: Arc<dyn Model>) -> anyhow::Result<String> {
     let budget = budget::Budget::new(config.budget)?;
     let (ledger, open) = ledger::Ledger::snapshot(&config.ledger)?;
     let closed = ledger.closed_runs()?.runs.len();

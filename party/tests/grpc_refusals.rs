@@ -53,7 +53,7 @@ fn party_dir(dir: &Path, epsilon: f64, delta: f64) -> PartyConfig {
             path: rows,
             table: "rows".into(),
         },
-        model: spec,
+        model: Some(spec),
         tls: None,
         insecure: true,
         limits: Default::default(),

@@ -311,7 +311,7 @@ fn party(dir: &Path, server: &Server<impl Sized>, query: &str, password: &str) -
             path: Default::default(),
             table: Default::default(),
         },
-        model: ModelSpec::flat_banana(2),
+        model: Some(ModelSpec::flat_banana(2)),
         limits: Default::default(),
         tls: None,
         insecure: true,

@@ -182,15 +182,25 @@ pub fn start_run(config: &Path, out: &Path) -> Child {
 
 /// Path of a workspace binary next to this test executable (`target/<profile>/<name>`).
 pub fn bin(name: &str) -> PathBuf {
+    built(Path::new(name), "cargo build --bins")
+}
+
+/// Path of a workspace example (`target/<profile>/examples/<name>`).
+pub fn example(name: &str) -> PathBuf {
+    built(&Path::new("examples").join(name), "cargo build --examples")
+}
+
+/// `relative` under `target/<profile>/`, which must exist (`build` makes it).
+fn built(relative: &Path, build: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps/<test>");
-    let path = dir.join(name);
+    let path = dir.join(relative);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build --bins`) first",
+        "{} is missing: run `cargo test --workspace` (or `{build}`) first",
         path.display()
     );
     path
@@ -205,7 +215,13 @@ pub struct PartyProcess {
 impl PartyProcess {
     /// Starts `party serve --config CONFIG` and waits for its "listening on ADDR" line.
     pub fn start(config: &Path) -> PartyProcess {
-        let mut child = Command::new(bin("party"))
+        Self::start_program(&bin("party"), config)
+    }
+
+    /// [`PartyProcess::start`] with another program of the party's command line (a party
+    /// with its own model, `fedmcmc_party::cli`).
+    pub fn start_program(program: &Path, config: &Path) -> PartyProcess {
+        let mut child = Command::new(program)
             .args(["serve", "--config"])
             .arg(config)
             .stdout(Stdio::piped())
