@@ -31,6 +31,20 @@ pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};
 
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
+///
+/// To write one (for what a `[model]` table cannot express; `party/examples/custom_model/`
+/// is a complete one): implement the required methods, the prior and each row's tempered
+/// log-likelihood and gradient. A party's rows arrive as [`Columns`], column-major (column j
+/// is the data source's `x{j+1}`, one slice of n values), and the provided hot loops go
+/// row by row through [`Model::log_lik_row`] and [`Model::grad_log_lik_row`]: correct, and
+/// fast enough for small data. For speed, override [`Model::clipped_llr_sum`] (and
+/// [`Model::clipped_grad_sum`] for DP HMC) with a pass down the columns, no row copies and
+/// the normalising constant cancelled, clipping each row's term with
+/// [`ClippedSum::add`]; [`clipped_llr_sum_by_rows`] and [`clipped_grad_sum_by_rows`] are the
+/// defaults to test an override against. A row may hold any finite number: a clipped term
+/// or gradient is bounded whatever its row, so a non-finite ratio is fine (it is clipped),
+/// and nothing may panic on row values. The parties and the coordinator must build the same
+/// model: [`Model::fingerprint`] is how they check.
 pub trait Model: Send + Sync + std::fmt::Debug {
     /// The model's kind, as in [`ModelSpec`]'s `kind` for a built-in one (`"banana"`,
     /// `"glm"`, …); a custom model names itself.
