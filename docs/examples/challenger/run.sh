@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The Challenger example: three agencies each hold some of the 23 shuttle launches before
+# Challenger (data/agency-*.csv) and sample the posterior of a logistic regression of O-ring
+# damage on launch temperature together, each over mutual TLS with its own budget and
+# ledger, without pooling their rows. Usage: run.sh OUT [EPSILON]
+# Needs `party` and `coordinator` on PATH (e.g. PATH=$PWD/target/release:$PATH).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${1:?usage: run.sh OUT [EPSILON]}"
+epsilon="${2:-1000000}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+# Certificates: a CA, one certificate per agency and one for the analyst's coordinator.
+coordinator certs --dir "$out/tls" agency-1 agency-2 agency-3 coordinator > /dev/null
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+for k in 1 2 3; do
+    dir="$out/agency-$k"
+    mkdir -p "$dir"
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/token"
+    chmod 600 "$dir/token"
+    cat > "$dir/party.toml" <<TOML
+name = "agency-$k"
+listen = "127.0.0.1:0"
+ledger = "ledger.sqlite"
+auth_token_file = "token"
+neighbours = "substitute"
+
+[budget]
+epsilon = $epsilon
+delta = 1e-5
+
+[data]
+format = "csv"
+path = "$here/data/agency-$k.csv"
+
+[tls]
+ca = "$out/tls/ca.pem"
+cert = "$out/tls/agency-$k.pem"
+key = "$out/tls/agency-$k.key"
+allowed_clients = ["coordinator"]
+
+$(cat "$here/model.toml")
+TOML
+    # The agency's node prints the address it listens on, then serves until stopped.
+    party serve --config "$dir/party.toml" > "$dir/address" 2> "$dir/party.log" &
+    pids+=($!)
+done
+for k in 1 2 3; do
+    until grep -q "listening on" "$out/agency-$k/address" 2>/dev/null; do sleep 0.1; done
+done
+
+{
+    cat "$here/model.toml"
+    cat <<TOML
+
+[sampler]
+variant = "penalty"
+chains = 4
+iterations = 4000
+tau = 0.05
+clip = 1e6                       # the model's public bound chooses each row's clip
+proposal_sd = 0.05
+seed = 1
+
+[tls]
+ca = "$out/tls/ca.pem"
+cert = "$out/tls/coordinator.pem"
+key = "$out/tls/coordinator.key"
+TOML
+    for k in 1 2 3; do
+        address="$(sed -n 's/^listening on //p' "$out/agency-$k/address")"
+        printf '\n[[parties]]\nname = "agency-%s"\naddress = "https://%s"\ntoken_file = "%s"\n' \
+            "$k" "$address" "$out/agency-$k/token"
+    done
+} > "$out/run.toml"
+
+coordinator run --config "$out/run.toml" --out "$out/draws"
