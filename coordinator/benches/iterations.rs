@@ -13,7 +13,8 @@
 //! Last, the full-data penalty's proposals (random walk, OCU, guided walk) on the flat banana
 //! at d = 10 (issue 13).
 //!
-//! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS]`
+//! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS] [SECTION…]`, where a
+//! section is `penalty`, `variants`, `hmc`, `glm` or `proposals` (all of them by default).
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -131,11 +132,29 @@ async fn serve(
     (Federation::new(handles), stops)
 }
 
+const SECTIONS: [&str; 5] = ["penalty", "variants", "hmc", "glm", "proposals"];
+
 fn main() {
-    let iterations: u64 = std::env::args()
+    let args: Vec<String> = std::env::args()
         .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(20_000);
+        .filter(|a| a != "--bench")
+        .collect();
+    let iterations: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let mut sections: Vec<&str> = args
+        .iter()
+        .filter(|a| a.parse::<u64>().is_err())
+        .map(String::as_str)
+        .collect();
+    if let Some(unknown) = sections.iter().find(|s| !SECTIONS.contains(s)) {
+        eprintln!(
+            "unknown section {unknown:?}: the sections are {}",
+            SECTIONS.join(", ")
+        );
+        std::process::exit(2);
+    }
+    if sections.is_empty() {
+        sections = SECTIONS.to_vec();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -145,145 +164,167 @@ fn main() {
     println!(
         "flat banana d=2, n={ROWS} over {PARTIES} parties, tau=0.1, proposal sd 0.008, clip 2; {iterations} iterations per chain"
     );
+    rt.block_on(async {
+        for section in sections {
+            println!();
+            match section {
+                "penalty" => federations(&s, dir.path(), iterations).await,
+                "variants" => variants(&s, iterations).await,
+                "hmc" => hmc(&s, dir.path(), iterations).await,
+                "glm" => glm(&s.budget, iterations).await,
+                _ => proposals_d10(&s.budget, iterations).await,
+            }
+        }
+    });
+}
+
+/// The full-data penalty with 1 and 4 chains: in-process, over gRPC loopback, and over gRPC
+/// with durable ledgers.
+async fn federations(s: &Setting, dir: &std::path::Path, iterations: u64) {
     println!(
         "{:<44} {:>8} {:>14} {:>12}",
         "federation", "chains", "it/s per chain", "it/s total"
     );
-    rt.block_on(async {
-        let mut rows = Vec::new();
-        for chains in [1u32, 4] {
-            let local = Arc::new(Federation::new(
-                nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
-            ));
-            let penalty = (Variant::Penalty, ProposalKind::Rw);
-            let in_process = time_chains(local, &s.spec, penalty, chains, iterations).await;
-            let (grpc, stops) =
-                serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
-            let over_grpc = time_chains(Arc::new(grpc), &s.spec, penalty, chains, iterations).await;
-            stops.into_iter().for_each(|s| {
-                let _ = s.send(());
-            });
-            let ledgers = dir.path().join(format!("durable-{chains}"));
-            std::fs::create_dir_all(&ledgers).unwrap();
-            let (durable, stops) =
-                serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-            let durable =
-                time_chains(Arc::new(durable), &s.spec, penalty, chains, iterations / 4).await;
-            stops.into_iter().for_each(|s| {
-                let _ = s.send(());
-            });
-            for (name, (per_chain, total)) in [
-                ("in-process (in-memory ledgers)", in_process),
-                ("gRPC loopback (in-memory ledgers)", over_grpc),
-                ("gRPC loopback (durable fsync'd ledgers)", durable),
-            ] {
-                println!("{name:<44} {chains:>8} {per_chain:>14.0} {total:>12.0}");
-            }
-            rows.push((chains, in_process.0, over_grpc.0, durable.0));
-        }
-        println!();
-        for (chains, local, grpc, durable) in rows {
-            println!(
-                "{chains} chain(s): gRPC / in-process = {:.2}; durable gRPC / in-process = {:.2}",
-                grpc / local,
-                durable / local
-            );
-        }
-        println!();
-        println!(
-            "{:<60} {:>14} {:>12}",
-            "variant (in-process, 1 chain)", "it/s", "/ penalty"
-        );
-        let mut penalty = None;
-        for variant in [
-            Variant::Penalty,
-            Variant::MinibatchPenalty { batch_size: 1000 },
-            Variant::Barker {
-                batch_size: 1000,
-                c: 2.0,
-            },
-        ] {
-            let local = Arc::new(Federation::new(
-                nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
-            ));
-            let (rate, _) =
-                time_chains(local, &s.spec, (variant, ProposalKind::Rw), 1, iterations).await;
-            let base = *penalty.get_or_insert(rate);
-            println!(
-                "{:<60} {rate:>14.0} {:>12.2}",
-                variant.describe(),
-                rate / base
-            );
-        }
-        let hmc = Variant::Hmc {
-            leapfrog_steps: 10,
-            step_size: 5e-4,
-            gradient_clip: 1.0,
-            gradient_tau: 0.4,
-        };
-        let hmc_iterations = (iterations / 10).max(100);
-        println!();
-        println!("{}; {hmc_iterations} iterations", hmc.describe());
-        println!(
-            "{:<44} {:>14} {:>14}",
-            "federation (1 chain)", "it/s", "rows/s"
-        );
-        let rows_per_iteration = 12.0 * ROWS as f64;
+    let mut rows = Vec::new();
+    for chains in [1u32, 4] {
         let local = Arc::new(Federation::new(
             nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
         ));
-        let hmc = (hmc, ProposalKind::Rw);
-        let (in_process, _) = time_chains(local, &s.spec, hmc, 1, hmc_iterations).await;
-        let ledgers = dir.path().join("durable-hmc");
-        std::fs::create_dir_all(&ledgers).unwrap();
-        let (durable, stops) =
-            serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-        let (over_grpc, _) = time_chains(Arc::new(durable), &s.spec, hmc, 1, hmc_iterations).await;
+        let penalty = (Variant::Penalty, ProposalKind::Rw);
+        let in_process = time_chains(local, &s.spec, penalty, chains, iterations).await;
+        let (grpc, stops) = serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
+        let over_grpc = time_chains(Arc::new(grpc), &s.spec, penalty, chains, iterations).await;
         stops.into_iter().for_each(|s| {
             let _ = s.send(());
         });
-        for (name, rate) in [
+        let ledgers = dir.join(format!("durable-{chains}"));
+        std::fs::create_dir_all(&ledgers).unwrap();
+        let (durable, stops) =
+            serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
+        let durable =
+            time_chains(Arc::new(durable), &s.spec, penalty, chains, iterations / 4).await;
+        stops.into_iter().for_each(|s| {
+            let _ = s.send(());
+        });
+        for (name, (per_chain, total)) in [
             ("in-process (in-memory ledgers)", in_process),
-            ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
+            ("gRPC loopback (in-memory ledgers)", over_grpc),
+            ("gRPC loopback (durable fsync'd ledgers)", durable),
         ] {
-            println!(
-                "{name:<44} {rate:>14.0} {:>14.3e}",
-                rate * rows_per_iteration
-            );
+            println!("{name:<44} {chains:>8} {per_chain:>14.0} {total:>12.0}");
         }
+        rows.push((chains, in_process.0, over_grpc.0, durable.0));
+    }
+    println!();
+    for (chains, local, grpc, durable) in rows {
         println!(
-            "in-process / thesis's 45 it/s = {:.1}; durable gRPC / in-process = {:.2}",
-            in_process / 45.0,
-            over_grpc / in_process
+            "{chains} chain(s): gRPC / in-process = {:.2}; durable gRPC / in-process = {:.2}",
+            grpc / local,
+            durable / local
         );
+    }
+}
 
-        println!();
+/// The full-data penalty, minibatch penalty and DP Barker in-process, 1 chain.
+async fn variants(s: &Setting, iterations: u64) {
+    println!(
+        "{:<60} {:>14} {:>12}",
+        "variant (in-process, 1 chain)", "it/s", "/ penalty"
+    );
+    let mut penalty = None;
+    for variant in [
+        Variant::Penalty,
+        Variant::MinibatchPenalty { batch_size: 1000 },
+        Variant::Barker {
+            batch_size: 1000,
+            c: 2.0,
+        },
+    ] {
+        let local = Arc::new(Federation::new(
+            nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+        ));
+        let (rate, _) =
+            time_chains(local, &s.spec, (variant, ProposalKind::Rw), 1, iterations).await;
+        let base = *penalty.get_or_insert(rate);
         println!(
-            "{:<60} {:>10} {:>14}",
-            "gaussian GLM d=3, 3 parties in-process, 1 chain", "rows/party", "it/s"
+            "{:<60} {rate:>14.0} {:>12.2}",
+            variant.describe(),
+            rate / base
         );
-        let glm = ModelSpec::Glm(GlmSpec::example(Family::Gaussian, 3));
-        let model = glm.build().unwrap();
-        for rows in [10_000usize, 1_000_000] {
-            let mut rng = ChaCha8Rng::seed_from_u64(2);
-            let parts = model
-                .simulate(&glm.true_theta(), rows * PARTIES, &mut rng)
-                .split(PARTIES);
-            for variant in [Variant::SufficientStatistics, Variant::Penalty] {
-                let local = Arc::new(Federation::new(
-                    nodes(&glm, parts.clone(), s.budget, None).unwrap(),
-                ));
-                // The full-data penalty reads every row: fewer iterations at 10⁶.
-                let n = match variant {
-                    Variant::Penalty => (iterations * 10_000 / rows as u64).max(200),
-                    _ => iterations,
-                };
-                let (rate, _) = time_chains(local, &glm, (variant, ProposalKind::Rw), 1, n).await;
-                println!("{:<60} {rows:>10} {rate:>14.0}", variant.describe());
-            }
-        }
-        proposals_d10(&s.budget, iterations).await;
+    }
+}
+
+/// DP HMC with the thesis's settings, in-process and over gRPC with durable ledgers.
+async fn hmc(s: &Setting, dir: &std::path::Path, iterations: u64) {
+    let hmc = Variant::Hmc {
+        leapfrog_steps: 10,
+        step_size: 5e-4,
+        gradient_clip: 1.0,
+        gradient_tau: 0.4,
+    };
+    let hmc_iterations = (iterations / 10).max(100);
+    println!("{}; {hmc_iterations} iterations", hmc.describe());
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "federation (1 chain)", "it/s", "rows/s"
+    );
+    let rows_per_iteration = 12.0 * ROWS as f64;
+    let local = Arc::new(Federation::new(
+        nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+    ));
+    let hmc = (hmc, ProposalKind::Rw);
+    let (in_process, _) = time_chains(local, &s.spec, hmc, 1, hmc_iterations).await;
+    let ledgers = dir.join("durable-hmc");
+    std::fs::create_dir_all(&ledgers).unwrap();
+    let (durable, stops) =
+        serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
+    let (over_grpc, _) = time_chains(Arc::new(durable), &s.spec, hmc, 1, hmc_iterations).await;
+    stops.into_iter().for_each(|s| {
+        let _ = s.send(());
     });
+    for (name, rate) in [
+        ("in-process (in-memory ledgers)", in_process),
+        ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
+    ] {
+        println!(
+            "{name:<44} {rate:>14.0} {:>14.3e}",
+            rate * rows_per_iteration
+        );
+    }
+    println!(
+        "in-process / thesis's 45 it/s = {:.1}; durable gRPC / in-process = {:.2}",
+        in_process / 45.0,
+        over_grpc / in_process
+    );
+}
+
+/// The gaussian GLM (d = 3) at nᵢ = 10⁴ and 10⁶: the sufficient-statistics variant against
+/// the full-data penalty.
+async fn glm(budget: &BudgetConfig, iterations: u64) {
+    println!(
+        "{:<60} {:>10} {:>14}",
+        "gaussian GLM d=3, 3 parties in-process, 1 chain", "rows/party", "it/s"
+    );
+    let glm = ModelSpec::Glm(GlmSpec::example(Family::Gaussian, 3));
+    let model = glm.build().unwrap();
+    for rows in [10_000usize, 1_000_000] {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let parts = model
+            .simulate(&glm.true_theta(), rows * PARTIES, &mut rng)
+            .split(PARTIES);
+        for variant in [Variant::SufficientStatistics, Variant::Penalty] {
+            let local = Arc::new(Federation::new(
+                nodes(&glm, parts.clone(), *budget, None).unwrap(),
+            ));
+            // The full-data penalty reads every row: fewer iterations at 10⁶.
+            let n = match variant {
+                Variant::Penalty => (iterations * 10_000 / rows as u64).max(200),
+                _ => iterations,
+            };
+            let (rate, _) = time_chains(local, &glm, (variant, ProposalKind::Rw), 1, n).await;
+            println!("{:<60} {rows:>10} {rate:>14.0}", variant.describe());
+        }
+    }
 }
 
 /// The penalty's proposals on the thesis's flat banana at d = 10 (n = 200 000 over three
@@ -296,7 +337,6 @@ async fn proposals_d10(budget: &BudgetConfig, iterations: u64) {
     let model = spec.build().unwrap();
     let data = model.simulate(&spec.true_theta(), rows, &mut ChaCha8Rng::seed_from_u64(2));
     let parts = data.split(PARTIES);
-    println!();
     println!(
         "full-data penalty on the flat banana d=10, n={rows} over {PARTIES} parties (in-process, 1 chain)"
     );
