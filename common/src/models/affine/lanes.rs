@@ -26,6 +26,13 @@ pub(super) trait Lanes: Copy {
     fn mul_add(self, a: Self, b: Self) -> Self;
     fn div(self, o: Self) -> Self;
     fn sqrt(self) -> Self;
+    /// b/√self for self in [2⁻¹⁰⁰⁰, f64::MAX], within 4 ulps: a root and a division here; the
+    /// AVX-512 copy refines a hardware estimate, several times cheaper. Lanes outside that
+    /// range (0, subnormal, ∞, NaN) hold anything.
+    #[inline(always)]
+    fn div_sqrt(self, b: Self) -> Self {
+        b.div(self.sqrt())
+    }
     /// min(self, 1), and 1 in NaN lanes.
     fn min_one(self) -> Self;
     /// [`crate::clip::clip`] in each lane, `low` = −bound and `high` = bound: low unless self is
@@ -142,7 +149,9 @@ impl Lanes for Portable {
     }
     #[inline(always)]
     fn select(self, mask: [bool; 4]) -> Self {
-        Portable(std::array::from_fn(|l| if mask[l] { self.0[l] } else { 0.0 }))
+        Portable(std::array::from_fn(
+            |l| if mask[l] { self.0[l] } else { 0.0 },
+        ))
     }
     #[inline(always)]
     fn first(n: usize) -> [bool; 4] {
@@ -327,6 +336,23 @@ impl Lanes for Avx512 {
     #[inline(always)]
     fn sqrt(self) -> Self {
         unsafe { Avx512(_mm512_sqrt_pd(self.0)) }
+    }
+    /// vrsqrt14pd's estimate y₀ of 1/√s (relative error below 2⁻¹⁴), then two Newton steps
+    /// y ← y + ½·y·(1 − (s·y)·y), each squaring the error (2⁻²⁸, then rounding's few ulps);
+    /// s·y is formed first so nothing overflows for s up to f64::MAX. Nine cheap instructions
+    /// against a vsqrtpd and a vdivpd, which on this machine cost more than the rest of a
+    /// clipped row together (measured with `benches/llr_rows.rs`).
+    #[inline(always)]
+    fn div_sqrt(self, b: Self) -> Self {
+        unsafe {
+            let (s, half) = (self.0, _mm512_set1_pd(0.5));
+            let mut y = _mm512_rsqrt14_pd(s);
+            for _ in 0..2 {
+                let r = _mm512_fnmadd_pd(_mm512_mul_pd(s, y), y, _mm512_set1_pd(1.0));
+                y = _mm512_fmadd_pd(_mm512_mul_pd(half, y), r, y);
+            }
+            Avx512(_mm512_mul_pd(b.0, y))
+        }
     }
     #[inline(always)]
     fn min_one(self) -> Self {
