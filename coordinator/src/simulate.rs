@@ -684,7 +684,6 @@ async fn federate(
         );
     }
 
-
     let names: Vec<String> = (1..=sim.parties).map(|i| format!("party-{i}")).collect();
     // A throwaway CA for this federation, with the coordinator's certificate beside it.
     let ca = out.join("tls");

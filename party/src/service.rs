@@ -375,18 +375,16 @@ pub async fn serve(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls.server()?)?;
     }
-    let allowed = tls.map(|t| t.allowed_clients.as_slice()).unwrap_or_default();
+    let allowed = tls
+        .map(|t| t.allowed_clients.as_slice())
+        .unwrap_or_default();
     // The standard gRPC health service (behind TLS, without the token), so that operators'
     // probes need no party credentials: SERVING until shutdown begins.
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<PartyServer<PartyService>>()
-        .await;
+    health.set_serving::<PartyServer<PartyService>>().await;
     let shutdown = async move {
         shutdown.await;
-        health
-            .set_not_serving::<PartyServer<PartyService>>()
-            .await;
+        health.set_not_serving::<PartyServer<PartyService>>().await;
     };
     builder
         .layer(tower::util::MapResponseLayer::new(

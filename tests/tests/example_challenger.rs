@@ -10,17 +10,20 @@ fn the_challenger_example_runs_as_documented() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("challenger");
     let bins = bin("coordinator").parent().unwrap().to_path_buf();
-    let path = format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/examples/challenger/run.sh");
+    let path = format!(
+        "{}:{}",
+        bins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/challenger/run.sh");
     let (ok, stdout, stderr) = run(Command::new(&script).arg(&out).env("PATH", &path));
     assert!(ok, "{stderr}");
     assert!(stdout.contains("output directory:"), "{stdout}");
 
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("draws/summary.json")).unwrap(),
-    )
-    .unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("draws/summary.json")).unwrap())
+            .unwrap();
     let rows: Vec<u64> = summary["parties"]
         .as_array()
         .unwrap()
@@ -41,5 +44,8 @@ fn the_challenger_example_runs_as_documented() {
         .arg(dir.path().join("strict"))
         .arg("1")
         .env("PATH", &path));
-    assert!(!ok && stderr.contains("does not fit the privacy budget"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("does not fit the privacy budget"),
+        "{stderr}"
+    );
 }

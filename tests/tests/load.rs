@@ -71,7 +71,10 @@ fn two_coordinators_against_three_parties_every_ledger_matches_what_it_answered(
     let mut finished = Vec::new();
     for (child, out) in coordinators {
         // SAFETY: kill(2) only sends a signal to a child this test started.
-        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+        assert_eq!(
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+            0
+        );
         let result = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
         assert_eq!(result.status.code(), Some(130), "{stderr}");
@@ -91,7 +94,12 @@ fn two_coordinators_against_three_parties_every_ledger_matches_what_it_answered(
 
     for (ledger, before) in ledgers.iter().zip(&before) {
         let new: Vec<String> = run_ids(ledger).difference(before).cloned().collect();
-        assert_eq!(new.len(), 2, "one run per coordinator in {}", ledger.display());
+        assert_eq!(
+            new.len(),
+            2,
+            "one run per coordinator in {}",
+            ledger.display()
+        );
         let mut counts: Vec<u64> = new
             .iter()
             .map(|run| {

@@ -40,7 +40,10 @@ fn a_party_answers_only_certified_admitted_callers() {
             std::fs::read(tls::ca_cert(&ca)).unwrap(),
         ))
         .domain_name("party-1");
-    refused("no client certificate", describe(party.addr, Some(ca_only), &token));
+    refused(
+        "no client certificate",
+        describe(party.addr, Some(ca_only), &token),
+    );
     // A certificate named `coordinator` from another CA.
     let other = dir.path().join("other-ca");
     tls::issue(&other, &["coordinator".to_string()]).unwrap();
@@ -58,13 +61,17 @@ fn a_party_answers_only_certified_admitted_callers() {
     );
     assert!(e.contains("PermissionDenied"), "{e}");
     // The coordinator's side: party-1's certificate does not name party-2.
-    let wrong_name = tls::files_for(&ca, "coordinator").client("party-2").unwrap();
+    let wrong_name = tls::files_for(&ca, "coordinator")
+        .client("party-2")
+        .unwrap();
     refused(
         "a party under another name",
         describe(party.addr, Some(wrong_name), &token),
     );
     // The right certificate with a wrong token: the token is still checked.
-    let right = tls::files_for(&ca, "coordinator").client("party-1").unwrap();
+    let right = tls::files_for(&ca, "coordinator")
+        .client("party-1")
+        .unwrap();
     let e = refused(
         "a wrong token",
         describe(party.addr, Some(right), "wrong-token-0123456789"),
@@ -78,7 +85,10 @@ fn plaintext_is_refused_unless_asked_for_by_name() {
     let sim = dir.path().join("sim");
     let (ok, _, stderr) = simulate(&sim, &["--iterations", "20", "--tau", "0.5", "--insecure"]);
     assert!(ok, "{stderr}");
-    assert!(stderr.contains("INSECURE"), "the plaintext run is logged: {stderr}");
+    assert!(
+        stderr.contains("INSECURE"),
+        "the plaintext run is logged: {stderr}"
+    );
     assert!(!sim.join("tls").exists(), "no certificates without TLS");
     let config_path = sim.join("parties/party-1/party.toml");
     let text = std::fs::read_to_string(&config_path).unwrap();

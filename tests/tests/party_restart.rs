@@ -52,7 +52,10 @@ fn released_so_far(config: &std::path::Path) -> u64 {
 fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
     let dir = tempfile::tempdir().unwrap();
     let sim = dir.path().join("sim");
-    let (ok, _, stderr) = simulate(&sim, &["--iterations", "20", "--tau", "0.5", "--epsilon", "50"]);
+    let (ok, _, stderr) = simulate(
+        &sim,
+        &["--iterations", "20", "--tau", "0.5", "--epsilon", "50"],
+    );
     assert!(ok, "{stderr}");
     let configs: Vec<_> = (1..=3)
         .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
@@ -115,5 +118,10 @@ fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(recorded as u64, CHAINS * ITERATIONS, "in {}", ledger.display());
+    assert_eq!(
+        recorded as u64,
+        CHAINS * ITERATIONS,
+        "in {}",
+        ledger.display()
+    );
 }

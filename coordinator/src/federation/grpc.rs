@@ -272,8 +272,7 @@ impl PartyHandle for GrpcParty {
                 Ok(reply) => break reply,
                 Err(s) if attempt < STEP_ATTEMPTS && transient(&s) => {
                     tracing::warn!(run_id, chain, step, attempt, error = %s, "step failed, resending the same step");
-                    tokio::time::sleep(MAX_BACKOFF.min(Duration::from_millis(50 << attempt)))
-                        .await;
+                    tokio::time::sleep(MAX_BACKOFF.min(Duration::from_millis(50 << attempt))).await;
                     attempt += 1;
                 }
                 Err(s) => return Err(s.into()),

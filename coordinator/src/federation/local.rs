@@ -210,7 +210,12 @@ mod tests {
                 };
                 let expect = PartyHandle::step(&here, &run_here, 0, step, query).await;
                 let got = apart.step_apart(&run_apart, 0, step, query).await;
-                assert_eq!(got.unwrap(), expect.unwrap(), "{}, step {step}", plan.variant);
+                assert_eq!(
+                    got.unwrap(),
+                    expect.unwrap(),
+                    "{}, step {step}",
+                    plan.variant
+                );
             }
         }
     }
