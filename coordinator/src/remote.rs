@@ -76,7 +76,7 @@ pub struct SamplerSection {
     /// point `[x, y, …]` for every chain.
     pub init: Option<InitChoice>,
     /// The private initialiser's share of each party's remaining budget (default 0.1) and
-    /// its gradient releases (default 100).
+    /// its gradient releases (default 40 + 30·d: [`initialiser::default_steps`]).
     pub init_share: Option<f64>,
     pub init_steps: Option<u64>,
 }
@@ -300,7 +300,9 @@ async fn job(
         InitChoice::Private => {
             let init = InitialiserSettings {
                 share: s.init_share.unwrap_or(initialiser::DEFAULT_SHARE),
-                steps: s.init_steps.unwrap_or(initialiser::DEFAULT_STEPS),
+                steps: s
+                    .init_steps
+                    .unwrap_or(initialiser::default_steps(model.dim())),
                 gradient_clip: variant.gradient_clip(s.clip),
             };
             init.check().map_err(anyhow::Error::msg)?;

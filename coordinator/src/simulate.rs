@@ -275,7 +275,8 @@ pub struct SimulateArgs {
     /// The private initialiser's share of each party's remaining budget [default: 0.1].
     #[arg(long)]
     pub init_share: Option<f64>,
-    /// The private initialiser's gradient releases [default: 100].
+    /// The private initialiser's gradient releases [default: 40 + 30·d, enough for 15 Newton
+    /// rounds after the climb: 100 at d = 2].
     #[arg(long)]
     pub init_steps: Option<u64>,
     /// Output directory [default: out/sim-<unix time>].
@@ -429,7 +430,9 @@ impl Simulation {
         // DP HMC always needs a ratio τ: its parties do not calibrate its two noises.
         let initialiser = InitialiserSettings {
             share: args.init_share.unwrap_or(initialiser::DEFAULT_SHARE),
-            steps: args.init_steps.unwrap_or(initialiser::DEFAULT_STEPS),
+            steps: args
+                .init_steps
+                .unwrap_or(initialiser::default_steps(spec.dim())),
             gradient_clip: variant.gradient_clip(Some(clip)),
         };
         initialiser.check().map_err(anyhow::Error::msg)?;

@@ -370,20 +370,31 @@ impl ModelSpec {
         })
     }
 
+    /// The dimension of θ, without building the model.
+    pub fn dim(&self) -> usize {
+        match self {
+            ModelSpec::Gaussian(s) => s.cov.len(),
+            ModelSpec::Banana(s) => s.lik_var.len(),
+            ModelSpec::Mixture(_) | ModelSpec::Circle(_) => 2,
+            ModelSpec::Glm(s) => s.dim(),
+        }
+    }
+
     /// θ used to simulate data: the spec's `true_theta`, else (0, 3, 0, …) as in the thesis
     /// (for the circle, rows r ~ N(3, 1)), or (0, 1) for the mixture, as in Heikkilä et al.
     /// 2019, or zero for a GLM.
     pub fn true_theta(&self) -> Vec<f64> {
-        let thesis = |d: usize| (0..d).map(|i| if i == 1 { 3.0 } else { 0.0 }).collect();
+        let thesis = || {
+            (0..self.dim())
+                .map(|i| if i == 1 { 3.0 } else { 0.0 })
+                .collect()
+        };
         match self {
-            ModelSpec::Gaussian(s) => s.true_theta.clone().unwrap_or_else(|| thesis(s.cov.len())),
-            ModelSpec::Banana(s) => s
-                .true_theta
-                .clone()
-                .unwrap_or_else(|| thesis(s.lik_var.len())),
+            ModelSpec::Gaussian(s) => s.true_theta.clone().unwrap_or_else(thesis),
+            ModelSpec::Banana(s) => s.true_theta.clone().unwrap_or_else(thesis),
             ModelSpec::Mixture(s) => s.true_theta.clone().unwrap_or_else(|| vec![0.0, 1.0]),
             ModelSpec::Glm(s) => s.true_theta.clone().unwrap_or_else(|| vec![0.0; s.dim()]),
-            ModelSpec::Circle(s) => s.true_theta.clone().unwrap_or_else(|| thesis(2)),
+            ModelSpec::Circle(s) => s.true_theta.clone().unwrap_or_else(thesis),
         }
     }
 }
@@ -448,5 +459,19 @@ mod tests {
         // Published FNV-1a 64 test vectors.
         assert_eq!(fingerprint_of(""), "cbf29ce484222325");
         assert_eq!(fingerprint_of("a"), "af63dc4c8601ec8c");
+    }
+
+    #[test]
+    fn a_spec_states_the_dimension_its_model_has() {
+        for spec in [
+            ModelSpec::flat_banana(10),
+            ModelSpec::gaussian(vec![vec![1.0]], 10.0),
+            ModelSpec::Glm(GlmSpec::example(Family::Poisson, 4)),
+            ModelSpec::Circle(CircleSpec::thesis()),
+            ModelSpec::Mixture(MixtureSpec::heikkila(100.0, 1000)),
+        ] {
+            assert_eq!(spec.dim(), spec.build().unwrap().dim(), "{spec:?}");
+            assert_eq!(spec.true_theta().len(), spec.dim(), "{spec:?}");
+        }
     }
 }
