@@ -2,10 +2,12 @@
 //! its releases, and where it lands, are fixed.
 use std::sync::Arc;
 
+use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_coordinator::federation::Federation;
 use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::initialiser::{self, InitialiserSettings};
+use fedmcmc_party::PartyNode;
 use fedmcmc_party::config::BudgetConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -15,6 +17,25 @@ const CLIP: f64 = 2.0;
 /// The likelihood covariance 100·[[1, ρ], [ρ, 1]]: its eigenvectors (1, ±1)/√2 have
 /// variances 100·(1 ± ρ), so the posterior is a narrow ridge along (1, 1).
 const RHO: f64 = 0.99;
+
+/// Three in-process parties over `data`, their noise seeded with `seed`, `seed + 1`, ….
+fn seeded_federation(
+    spec: &ModelSpec,
+    data: &Columns,
+    budget: BudgetConfig,
+    seed: u64,
+) -> Federation<Arc<PartyNode>> {
+    let parties = nodes(spec, data.split(3), budget, None)
+        .unwrap()
+        .into_iter()
+        .zip(seed..)
+        .map(|((name, node), seed)| {
+            let node = Arc::into_inner(node).unwrap().with_seeded_noise(seed);
+            (name, Arc::new(node))
+        })
+        .collect();
+    Federation::new(parties)
+}
 
 /// A Gaussian posterior along a narrow ridge (the log likelihood's Hessian has eigenvalues
 /// n/(100·(1 ± ρ)), 199 apart), whose released gradient is noise within a few posterior sds
@@ -40,16 +61,7 @@ async fn under_heavy_gradient_noise_the_point_lands_near_the_mode_of_a_ridge() {
         delta: 1e-5,
         accountant: Default::default(),
     };
-    let parties = nodes(&spec, data.split(3), budget, None)
-        .unwrap()
-        .into_iter()
-        .zip(11..)
-        .map(|((name, node), seed)| {
-            let node = Arc::into_inner(node).unwrap().with_seeded_noise(seed);
-            (name, Arc::new(node))
-        })
-        .collect();
-    let federation = Federation::new(parties);
+    let federation = seeded_federation(&spec, &data, budget, 11);
     let described = federation.describe().await.unwrap();
     let settings = InitialiserSettings {
         share: 0.1,
@@ -99,16 +111,7 @@ async fn at_ten_dimensions_the_default_releases_reach_the_banana_s_mode() {
         accountant: Default::default(),
     };
     for seed in [21u64, 31, 41] {
-        let parties = nodes(&spec, data.split(3), budget, None)
-            .unwrap()
-            .into_iter()
-            .zip(seed..)
-            .map(|((name, node), seed)| {
-                let node = Arc::into_inner(node).unwrap().with_seeded_noise(seed);
-                (name, Arc::new(node))
-            })
-            .collect();
-        let federation = Federation::new(parties);
+        let federation = seeded_federation(&spec, &data, budget, seed);
         let described = federation.describe().await.unwrap();
         let settings = InitialiserSettings {
             share: initialiser::DEFAULT_SHARE,

@@ -64,6 +64,14 @@ fn gaussian() -> ModelSpec {
     ModelSpec::gaussian(vec![vec![1.0, 0.0], vec![0.0, 1.0]], 1000.0)
 }
 
+/// A Gaussian spec at temperature T.
+fn tempered(spec: ModelSpec, temperature: f64) -> ModelSpec {
+    let ModelSpec::Gaussian(g) = spec else {
+        panic!("only the Gaussian specs here are tempered: {spec:?}");
+    };
+    ModelSpec::Gaussian(fedmcmc_common::models::GaussianSpec { temperature, ..g })
+}
+
 /// One run's knobs.
 struct Run {
     variant: Variant,
@@ -577,14 +585,7 @@ async fn minibatch_penalty_matches_the_tempered_posterior() {
 /// CLT's accuracy, so each chain must match the exact tempered posterior.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_component_proposals_with_the_minibatch_penalty_match_the_exact_posterior() {
-    let spec = match gaussian_10() {
-        ModelSpec::Gaussian(g) => ModelSpec::Gaussian(fedmcmc_common::models::GaussianSpec {
-            temperature: 300.0 / 30_000.0,
-            ..g
-        }),
-        _ => unreachable!(),
-    };
-    let s = setup(spec, 30_000, 16);
+    let s = setup(tempered(gaussian_10(), 300.0 / 30_000.0), 30_000, 16);
     for proposal in [ProposalKind::Ocu, ProposalKind::Gwmh] {
         println!("{}:", proposal.name());
         let traces = sample(
@@ -617,14 +618,7 @@ async fn one_component_proposals_with_the_minibatch_penalty_match_the_exact_post
 /// that DP Barker's clip cannot be tuned.) MMD within the exact-vs-exact spread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn barker_matches_the_tempered_posterior() {
-    let spec = match gaussian() {
-        ModelSpec::Gaussian(g) => ModelSpec::Gaussian(fedmcmc_common::models::GaussianSpec {
-            temperature: 30.0 / 30_000.0,
-            ..g
-        }),
-        _ => unreachable!(),
-    };
-    let s = setup(spec, 30_000, 9);
+    let s = setup(tempered(gaussian(), 30.0 / 30_000.0), 30_000, 9);
     let traces = sample(
         &s,
         Run {
