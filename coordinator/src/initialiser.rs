@@ -42,11 +42,10 @@ const DEFAULT_CLIMB: u64 = 40;
 /// Gradient releases of the ascent when none are given, sized for a climb of 40 and 15 Newton
 /// rounds of 2d releases: 100 at d = 2, 340 at d = 10. (The climb itself stops once the
 /// gradient is noise, or at 40 % of the releases, and the rest go to rounds.) A fixed 100 left
-/// d = 10 three rounds:
-/// on the flat banana (n = 2·10⁵, 3 parties) its point missed the exact mean of θ2 by 6 to 24
-/// sds at 3 seeds of 8 even at ε = 40, where 340 releases kept all 8 within 0.7 sds, and all
-/// 6 tried at ε = 4 within 2.6 (each release is noisier at the same share, but a round
-/// averages 2d of them).
+/// d = 10 three rounds: on the flat banana (n = 2·10⁵, 3 parties) its point missed the exact
+/// mean of θ2 by 6 to 24 sds at 3 seeds of 8 even at ε = 40, where 340 releases kept all 8
+/// within 0.7 sds, and all 6 tried at ε = 4 within 2.6 (each release is noisier at the same
+/// share, but a round averages 2d of them).
 pub fn default_steps(dim: usize) -> u64 {
     DEFAULT_CLIMB + DEFAULT_ROUNDS * 2 * dim as u64
 }
