@@ -9,4 +9,5 @@ pub mod diagnostics;
 pub mod mechanism;
 pub mod models;
 pub mod neighbours;
+pub mod noise_aware;
 pub mod proposal;

@@ -20,6 +20,7 @@ mod grid;
 mod mixture;
 mod mvn;
 mod sufficient;
+pub mod summaries;
 
 pub use banana::{Banana, BananaSpec};
 pub use circle::{Circle, CircleSpec};
@@ -28,6 +29,7 @@ pub use glm::{Family, Glm, GlmColumn, GlmSpec};
 pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
 pub use mixture::{Mixture, MixtureSpec};
 pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};
+pub use summaries::QuadraticSummaries;
 
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
@@ -144,6 +146,11 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// The model as an exponential family in its rows, if it is one ([`SufficientStatistics`]:
     /// the `sufficient-statistics` variant); `None` (the default) where it is not.
     fn sufficient_statistics(&self) -> Option<&dyn SufficientStatistics> {
+        None
+    }
+    /// The model's quadratic summaries ([`QuadraticSummaries`]: the `summaries` route), if
+    /// it has them; `None` (the default) where it has none.
+    fn quadratic_summaries(&self) -> Option<&dyn QuadraticSummaries> {
         None
     }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).

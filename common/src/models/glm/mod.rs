@@ -34,11 +34,13 @@ use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
 use super::{
-    ExactPosterior, Model, ModelError, SufficientStatistics, check_finite, check_len,
-    check_positive, check_true_theta, default_temperature, fingerprint_of,
+    ExactPosterior, Model, ModelError, QuadraticSummaries, SufficientStatistics, check_finite,
+    check_len, check_positive, check_true_theta, default_temperature, fingerprint_of,
 };
 use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::{ColumnSpec, Columns};
+
+mod summaries;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -728,6 +730,10 @@ impl Model for Glm {
 
     fn sufficient_statistics(&self) -> Option<&dyn SufficientStatistics> {
         (self.family == Family::Gaussian).then_some(self as &dyn SufficientStatistics)
+    }
+
+    fn quadratic_summaries(&self) -> Option<&dyn QuadraticSummaries> {
+        Some(self)
     }
 }
 

@@ -1,0 +1,252 @@
+//! The GLM's quadratic summaries (`models/summaries.rs`): the family's cumulant b(η) —
+//! η²/2 (gaussian, φ = σ²), ln(1 + e^η) (logistic), e^η (poisson) — approximated about each
+//! row's predictor at the centre, by Taylor's expansion (window 0) or a Chebyshev
+//! projection over a window (Huggins et al. 2017; Kulkarni et al. 2021).
+//!
+//! **Public caps.** With c = x̃ᵀθ_r over the box [c_lo, c_hi] (public: the centre and the
+//! column bounds), b₁ is increasing in c for a convex b, so |β| is largest at the corners
+//! (y_hi, c_lo) and (y_lo, c_hi); γ = 2b₂ is at most sup b'' over the window (¼ for the
+//! logistic, e^(c_hi + h) for the poisson). Each row's β and γ are clipped to these caps
+//! (and a NaN to 0), so the row bound holds by construction. A row whose predictor leaves
+//! the window is summarised by the same polynomial, less accurately; its contribution stays
+//! within the bound.
+use super::{BLOCK, Family, Glm, ROUNDING_SLACK, sigmoid, softplus};
+use crate::data::Columns;
+use crate::models::summaries::{QuadraticSummaries, chebyshev_quadratic, upper_index};
+use crate::models::{Model, SufficientStatistics};
+
+/// How one summary maps a row's centre predictor c and label y to (β, γ).
+struct Local {
+    family: Family,
+    window: f64,
+    /// The poisson family's projection of e^t over |t| ≤ h: e^(c+t) scales it by e^c.
+    exp_coefficients: (f64, f64),
+    /// T/φ.
+    scale: f64,
+}
+
+impl Local {
+    /// (b₁, b₂) of b about c.
+    fn coefficients(&self, c: f64) -> (f64, f64) {
+        match (self.family, self.window > 0.0) {
+            (Family::Gaussian, _) => (c, 0.5),
+            (Family::Logistic, false) => {
+                let s = sigmoid(c);
+                (s, 0.5 * s * (1.0 - s))
+            }
+            (Family::Logistic, true) => chebyshev_quadratic(softplus, c, self.window),
+            (Family::Poisson, _) => {
+                let (k1, k2) = self.exp_coefficients;
+                let e = c.exp();
+                (e * k1, e * k2)
+            }
+        }
+    }
+}
+
+impl Glm {
+    fn local(&self, window: f64) -> Local {
+        let exp_coefficients = if window > 0.0 {
+            chebyshev_quadratic(f64::exp, 0.0, window)
+        } else {
+            (1.0, 0.5)
+        };
+        Local {
+            family: self.family,
+            window,
+            exp_coefficients,
+            scale: self.temperature / self.noise_var,
+        }
+    }
+
+    /// The caps on |β| and on γ about `centre` with `window`.
+    fn weight_caps(&self, local: &Local, centre: &[f64]) -> (f64, f64) {
+        let [c_lo, c_hi] = self.predictor_range(centre);
+        let [y_lo, y_hi] = self.label;
+        let (b1_lo, _) = local.coefficients(c_lo);
+        let (b1_hi, _) = local.coefficients(c_hi);
+        let beta = (y_hi - b1_lo).abs().max((y_lo - b1_hi).abs());
+        let curvature = match self.family {
+            Family::Gaussian => 1.0,
+            Family::Logistic => 0.25,
+            Family::Poisson => (c_hi + local.window).exp(),
+        };
+        let cap = |v: f64| if v.is_nan() { f64::INFINITY } else { v };
+        (cap(local.scale * beta), cap(local.scale * curvature))
+    }
+
+    /// Σ_{a≤b} mₐ²m_b² with mₐ = max |x̃ₐ| over the box.
+    fn design_fourth_moment(&self) -> f64 {
+        let m = self.max_abs_design();
+        (0..m.len())
+            .flat_map(|a| (a..m.len()).map(move |b| (a, b)))
+            .map(|(a, b)| (m[a] * m[b]).powi(2))
+            .sum()
+    }
+}
+
+/// `v` within [lo, hi], a NaN at 0.
+fn clamp(v: f64, lo: f64, hi: f64) -> f64 {
+    if v.is_nan() { 0.0 } else { v.clamp(lo, hi) }
+}
+
+impl QuadraticSummaries for Glm {
+    fn entries(&self) -> usize {
+        SufficientStatistics::entries(self)
+    }
+
+    fn exact(&self) -> bool {
+        self.family == Family::Gaussian
+    }
+
+    fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64> {
+        assert_eq!(data.d(), self.row_dim(), "data columns");
+        let d = self.dim();
+        let local = self.local(window);
+        let (beta_cap, gamma_cap) = self.weight_caps(&local, centre);
+        let first = usize::from(self.intercept);
+        let labels = self.labels(data);
+        let mut out = vec![0.0; QuadraticSummaries::entries(self)];
+        let (mut beta, mut gamma) = ([0.0; BLOCK], [0.0; BLOCK]);
+        let mut start = 0;
+        while start < data.n() {
+            let len = BLOCK.min(data.n() - start);
+            let (beta, gamma) = (&mut beta[..len], &mut gamma[..len]);
+            self.predictors(data, start, centre, beta);
+            for ((b, g), y) in beta.iter_mut().zip(gamma.iter_mut()).zip(&labels[start..]) {
+                let (b1, b2) = local.coefficients(*b);
+                *b = clamp(local.scale * (y - b1), -beta_cap, beta_cap);
+                *g = clamp(local.scale * 2.0 * b2, 0.0, gamma_cap);
+            }
+            // x̃ₐ of the block: the intercept's ones, else feature a − first.
+            let column = |a: usize| (a >= first).then(|| &data.col(a - first)[start..start + len]);
+            for a in 0..d {
+                let xa = column(a);
+                out[a] += match xa {
+                    Some(x) => beta.iter().zip(x).map(|(b, x)| b * x).sum::<f64>(),
+                    None => beta.iter().sum::<f64>(),
+                };
+                for b in a..d {
+                    let xb = column(b);
+                    out[upper_index(d, a, b)] += match (xa, xb) {
+                        (Some(xa), Some(xb)) => gamma
+                            .iter()
+                            .zip(xa)
+                            .zip(xb)
+                            .map(|((g, p), q)| g * p * q)
+                            .sum::<f64>(),
+                        (None, Some(x)) | (Some(x), None) => {
+                            gamma.iter().zip(x).map(|(g, x)| g * x).sum::<f64>()
+                        }
+                        (None, None) => gamma.iter().sum::<f64>(),
+                    };
+                }
+            }
+            start += len;
+        }
+        out
+    }
+
+    /// √(β_max²·max‖x̃‖² + γ_max²·Σ_{a≤b} mₐ²m_b²).
+    fn row_bound(&self, centre: &[f64], window: f64) -> f64 {
+        let (beta, gamma) = self.weight_caps(&self.local(window), centre);
+        let sq = beta * beta * self.max_norm * self.max_norm
+            + gamma * gamma * self.design_fourth_moment();
+        sq.sqrt() * ROUNDING_SLACK
+    }
+
+    fn reach(&self, delta: &[f64]) -> f64 {
+        self.max_abs_design()
+            .iter()
+            .zip(delta)
+            .map(|(m, d)| m * d.abs())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::summaries::split_summary;
+    use crate::models::{GlmSpec, Model};
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// The summary's quadratic gᵀΔ − ½ΔᵀAΔ is, at window 0, the second-order Taylor
+    /// expansion of the summed log-likelihood about the centre: its gradient and Hessian.
+    #[test]
+    fn the_taylor_summary_is_the_gradient_and_negative_hessian_at_the_centre() {
+        for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+            let glm = GlmSpec::example(family, 3).build().unwrap();
+            let data = glm.simulate(&[0.5, 1.0, -0.5], 500, &mut ChaCha8Rng::seed_from_u64(1));
+            let centre = [0.3, 0.7, -0.2];
+            let (g, a) = split_summary(3, &QuadraticSummaries::summary(&glm, &data, &centre, 0.0));
+            let total = |t: &[f64]| -> f64 {
+                let mut row = vec![0.0; 3];
+                (0..data.n())
+                    .map(|i| {
+                        data.row_into(i, &mut row);
+                        glm.log_lik_row(t, &row)
+                    })
+                    .sum()
+            };
+            let h = 1e-4;
+            for j in 0..3 {
+                let shifted = |s: f64, k: usize, u: f64| {
+                    let mut t = centre.to_vec();
+                    t[j] += s;
+                    t[k] += u;
+                    t
+                };
+                let grad = (total(&shifted(h, j, 0.0)) - total(&shifted(-h, j, 0.0))) / (2.0 * h);
+                assert!(
+                    (grad - g[j]).abs() < 1e-5 * (1.0 + grad.abs()),
+                    "{family:?} g[{j}]: {grad} vs {}",
+                    g[j]
+                );
+                for k in 0..3 {
+                    let hess = (total(&shifted(h, k, h))
+                        - total(&shifted(h, k, -h))
+                        - total(&shifted(-h, k, h))
+                        + total(&shifted(-h, k, -h)))
+                        / (4.0 * h * h);
+                    assert!(
+                        (hess + a[j][k]).abs() < 1e-3 * (1.0 + hess.abs()),
+                        "{family:?} A[{j}][{k}]: {} vs {}",
+                        -hess,
+                        a[j][k]
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every row's contribution lies within the public row bound, for rows at the corners
+    /// of the box and labels at their bounds, at centres and windows of every size.
+    #[test]
+    fn each_row_lies_within_the_public_bound() {
+        for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+            let glm = GlmSpec::example(family, 3).build().unwrap();
+            let features: Vec<[f64; 2]> = glm.features.clone();
+            let [y_lo, y_hi] = glm.label;
+            for centre in [[0.0, 0.0, 0.0], [1.0, -2.0, 3.0], [-5.0, 0.5, 0.1]] {
+                for window in [0.0, 0.5, 4.0] {
+                    let bound = QuadraticSummaries::row_bound(&glm, &centre, window);
+                    for corner in 0..8u32 {
+                        let x: Vec<f64> = (0..2)
+                            .map(|j| features[j][((corner >> j) & 1) as usize])
+                            .collect();
+                        let y = if corner & 4 == 0 { y_lo } else { y_hi };
+                        let data = Columns::from_rows(3, &[[x[0], x[1], y]]).unwrap();
+                        let s = QuadraticSummaries::summary(&glm, &data, &centre, window);
+                        let norm = s.iter().map(|v| v * v).sum::<f64>().sqrt();
+                        assert!(
+                            norm <= bound,
+                            "{family:?} {centre:?} h={window}: {norm} > {bound}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Where each release of the `summaries` route is centred, as a plan the coordinator walks:
+//! a few pilot releases find a centre near the posterior mode, then the final releases at
+//! that centre are averaged into the one summary the noise-aware posterior conditions on.
+//!
+//! - The first pilot is centred at the prior's mode with a Chebyshev window h: PASS-GLM's
+//!   degree-2 approximation (Huggins et al. 2017) of each row's log-likelihood over
+//!   predictors within h of the row's predictor there (h = 2 by default). Its polynomial is
+//!   biased away from the window's centre, so it only gives a rough θ₁. A row whose
+//!   predictor lies outside its window is summarised by the same polynomial, less well.
+//! - Each further pilot is the gradient and negative Hessian at the current centre (window
+//!   0, exact local curvature): a private Newton step. No step moves any row's predictor by
+//!   more than [`TRUST_RADIUS`], so a noisy or far-off quadratic cannot throw the centre
+//!   away.
+//!
+//! The defaults were chosen on simulated GLMs without noise (d = 5, 20 000 rows, θ = (0.5,
+//! 1, −0.5, 0.25, −0.125)): a first window of 0, 2, 3 or 9 (the reach of ±1 on every
+//! coefficient) took the logistic centre 0.38, 0.44, — and 1.07 of the way to the
+//! intercept's 0.52 (9 overshoots, and the Newton steps after it oscillate); with h = 2 two
+//! pilots leave the final quadratic's mode within 0.1 posterior sd of the exact one for
+//! both the logistic and the poisson family.
+//! - The final releases, all at the last centre, are averaged: m releases at one noise
+//!   multiplier s compose exactly like one at s/√m (Gaussian privacy losses add), so the
+//!   average has the noise of one release with m of the run's shares. Near the mode the
+//!   local quadratic's error is of third order in the posterior's width.
+//!
+//! For a model whose summary is exact (the gaussian GLM) one release at the prior's mode is
+//! all there is. Everything here is post-processing of releases.
+use std::sync::Arc;
+
+use super::quadratic::{Release, newton_step};
+use crate::models::Model;
+use crate::models::summaries::split_summary;
+
+/// How many releases go where.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    /// Pilot releases, each at a new centre.
+    pub pilots: u32,
+    /// Releases at the final centre, averaged.
+    pub finals: u32,
+    /// The first pilot's Chebyshev window in the linear predictor (0: Taylor).
+    pub window: f64,
+}
+
+/// Pilot releases when the summary is approximate: a global one and one Newton step.
+pub const DEFAULT_PILOTS: u32 = 2;
+/// Final releases when the summary is approximate: three of five shares of the budget.
+pub const DEFAULT_FINALS: u32 = 3;
+/// The first pilot's Chebyshev window in the linear predictor when none is given.
+pub const DEFAULT_WINDOW: f64 = 2.0;
+/// The most a Newton step of the pilots may move any row's linear predictor.
+pub const TRUST_RADIUS: f64 = 4.0;
+
+impl Schedule {
+    /// The default for `model`: one release if its summary is exact, else
+    /// [`DEFAULT_PILOTS`] pilots and [`DEFAULT_FINALS`] finals, the first pilot with
+    /// [`DEFAULT_WINDOW`]. `None` if the model has no summaries.
+    pub fn default_for(model: &dyn Model) -> Option<Self> {
+        let summaries = model.quadratic_summaries()?;
+        if summaries.exact() {
+            return Some(Schedule {
+                pilots: 0,
+                finals: 1,
+                window: 0.0,
+            });
+        }
+        Some(Schedule {
+            pilots: DEFAULT_PILOTS,
+            finals: DEFAULT_FINALS,
+            window: DEFAULT_WINDOW,
+        })
+    }
+
+    /// Releases per party in all.
+    pub fn releases(&self) -> u64 {
+        u64::from(self.pilots) + u64::from(self.finals)
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if self.finals == 0 {
+            return Err("the summaries route needs at least one final release".into());
+        }
+        if !(self.window.is_finite() && self.window >= 0.0) {
+            return Err(format!(
+                "the first release's window must be a finite number ≥ 0, got {}",
+                self.window
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One pilot: where it was centred and where its Newton step led.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Pilot {
+    pub centre: Vec<f64>,
+    pub window: f64,
+    pub next: Vec<f64>,
+}
+
+/// The walk through a [`Schedule`]: ask [`Rounds::next`], release there, [`Rounds::record`].
+pub struct Rounds {
+    model: Arc<dyn Model>,
+    schedule: Schedule,
+    centre: Vec<f64>,
+    done: u32,
+    pilots: Vec<Pilot>,
+    /// The final releases' sum so far and their noise variance.
+    sum: Vec<f64>,
+    noise_variance: f64,
+}
+
+impl Rounds {
+    pub fn new(model: Arc<dyn Model>, schedule: Schedule) -> Self {
+        Rounds {
+            centre: model.prior_mode(),
+            model,
+            schedule,
+            done: 0,
+            pilots: Vec::new(),
+            sum: Vec::new(),
+            noise_variance: 0.0,
+        }
+    }
+
+    /// The centre and window of the next release, or `None` when all are made.
+    pub fn next(&self) -> Option<(&[f64], f64)> {
+        if u64::from(self.done) >= self.schedule.releases() {
+            return None;
+        }
+        let first_pilot = self.done == 0 && self.schedule.pilots > 0;
+        let window = if first_pilot {
+            self.schedule.window
+        } else {
+            0.0
+        };
+        Some((&self.centre, window))
+    }
+
+    /// Takes the federation's summed release for the query [`Rounds::next`] gave.
+    pub fn record(&mut self, value: &[f64], noise_variance: f64) {
+        let (_, window) = self.next().expect("a release was due");
+        let d = self.model.dim();
+        if self.done < self.schedule.pilots {
+            let (g, a) = split_summary(d, value);
+            let release = Release {
+                centre: self.centre.clone(),
+                g,
+                a,
+                noise_variance,
+            };
+            let next = self.trusted(newton_step(self.model.as_ref(), &release));
+            self.pilots.push(Pilot {
+                centre: std::mem::replace(&mut self.centre, next.clone()),
+                window,
+                next,
+            });
+        } else {
+            if self.sum.is_empty() {
+                self.sum = vec![0.0; value.len()];
+            }
+            for (s, v) in self.sum.iter_mut().zip(value) {
+                *s += v;
+            }
+            self.noise_variance += noise_variance;
+        }
+        self.done += 1;
+    }
+
+    /// `next`, pulled back towards the centre so that no row's predictor moves by more than
+    /// [`TRUST_RADIUS`].
+    fn trusted(&self, next: Vec<f64>) -> Vec<f64> {
+        let radius = TRUST_RADIUS;
+        let delta: Vec<f64> = next.iter().zip(&self.centre).map(|(n, c)| n - c).collect();
+        let reach = self
+            .model
+            .quadratic_summaries()
+            .expect("a model with summaries")
+            .reach(&delta);
+        if !(reach > radius) {
+            return next;
+        }
+        let shrink = radius / reach;
+        self.centre
+            .iter()
+            .zip(&delta)
+            .map(|(c, d)| c + shrink * d)
+            .collect()
+    }
+
+    /// The pilots made so far.
+    pub fn pilots(&self) -> &[Pilot] {
+        &self.pilots
+    }
+
+    /// The averaged final summary, once every release is recorded.
+    pub fn finish(&self) -> Option<Release> {
+        if self.next().is_some() {
+            return None;
+        }
+        let m = f64::from(self.schedule.finals);
+        let mean: Vec<f64> = self.sum.iter().map(|s| s / m).collect();
+        let (g, a) = split_summary(self.model.dim(), &mean);
+        Some(Release {
+            centre: self.centre.clone(),
+            g,
+            a,
+            // The average of m releases with variances vₖ has variance Σvₖ/m².
+            noise_variance: self.noise_variance / (m * m),
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! The `summaries` route simulated in one process, for its calibration: a GLM's rows split
+//! among parties, each release the party's summary plus the Gaussian noise its budget
+//! buys (what `party/src/release.rs` adds), walked through the route's rounds, then the
+//! noise-aware posterior (and, for contrast, the plug-in one) sampled by the plain HMC.
+use std::sync::Arc;
+
+use fedmcmc_common::accountant::max_mu;
+use fedmcmc_common::diagnostics::quantile;
+use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
+use fedmcmc_common::noise_aware::LogDensity;
+use fedmcmc_common::noise_aware::hmc::{Settings, sample_until_converged};
+use fedmcmc_common::noise_aware::quadratic::{PlugInPosterior, QuadraticPosterior};
+use fedmcmc_common::noise_aware::rounds::{Rounds, Schedule};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub family: Family,
+    pub dim: usize,
+    pub rows: usize,
+    pub parties: usize,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub seed: u64,
+}
+
+/// One parameter's posterior as the intervals see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Marginal {
+    pub mean: f64,
+    pub sd: f64,
+    /// The 5 %, 25 %, 75 % and 95 % quantiles.
+    pub q: [f64; 4],
+}
+
+impl Marginal {
+    fn of(draws: &[f64]) -> Self {
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        let sd =
+            (draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / draws.len() as f64).sqrt();
+        Marginal {
+            mean,
+            sd,
+            q: [0.05, 0.25, 0.75, 0.95].map(|p| quantile(draws, p)),
+        }
+    }
+
+    pub fn covers50(&self, x: f64) -> bool {
+        self.q[1] <= x && x <= self.q[2]
+    }
+
+    pub fn covers90(&self, x: f64) -> bool {
+        self.q[0] <= x && x <= self.q[3]
+    }
+}
+
+pub struct Outcome {
+    pub truth: Vec<f64>,
+    pub noise_aware: Vec<Marginal>,
+    pub plug_in: Vec<Marginal>,
+    pub converged: bool,
+}
+
+fn marginals(
+    target: &dyn LogDensity,
+    init: Vec<f64>,
+    dim: usize,
+    seed: u64,
+) -> (Vec<Marginal>, bool) {
+    let sampled = sample_until_converged(
+        target,
+        vec![init; 4],
+        &[seed, seed + 1, seed + 2, seed + 3],
+        Settings::default(),
+        &|x| x[..dim].to_vec(),
+    )
+    .unwrap();
+    let draws: Vec<&Vec<f64>> = sampled
+        .chains
+        .iter()
+        .flat_map(|c| &c.states[sampled.warmup..])
+        .collect();
+    let m = (0..dim)
+        .map(|j| Marginal::of(&draws.iter().map(|x| x[j]).collect::<Vec<_>>()))
+        .collect();
+    (m, sampled.converged)
+}
+
+pub fn run(config: Config) -> Outcome {
+    let spec = GlmSpec::example(config.family, config.dim);
+    let truth = spec.true_theta.clone().unwrap();
+    let model: Arc<dyn Model> = ModelSpec::Glm(spec).build().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+    let data = model.simulate(&truth, config.rows, &mut rng);
+    let parts = data.split(config.parties);
+    let summaries = model.quadratic_summaries().unwrap();
+    let schedule = Schedule::default_for(model.as_ref()).unwrap();
+    let mu = max_mu(config.epsilon, config.delta).unwrap();
+    let multiplier = (schedule.releases() as f64 / (2.0 * mu)).sqrt();
+    let mut rounds = Rounds::new(Arc::clone(&model), schedule);
+    while let Some((centre, window)) = rounds.next() {
+        let centre = centre.to_vec();
+        let sd = multiplier * 2.0 * summaries.row_bound(&centre, window);
+        let mut sum = vec![0.0; summaries.entries()];
+        for part in &parts {
+            for (s, v) in sum.iter_mut().zip(summaries.summary(part, &centre, window)) {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                *s += v + sd * z;
+            }
+        }
+        rounds.record(&sum, config.parties as f64 * sd * sd);
+    }
+    let release = rounds.finish().unwrap();
+    let aware = QuadraticPosterior::new(Arc::clone(&model), release.clone());
+    let (noise_aware, converged) = marginals(&aware, aware.initial(), config.dim, config.seed);
+    let plug = PlugInPosterior::new(Arc::clone(&model), &release);
+    let (plug_in, plug_converged) = marginals(
+        &plug,
+        aware.initial()[..config.dim].to_vec(),
+        config.dim,
+        config.seed,
+    );
+    Outcome {
+        truth,
+        noise_aware,
+        plug_in,
+        converged: converged && plug_converged,
+    }
+}
+
+/// Coverage of the 50 % and 90 % intervals of every coefficient over `reps` repetitions
+/// with fresh data and noise: (noise-aware 50, 90, plug-in 50, 90, intervals counted,
+/// repetitions that converged).
+pub fn coverage(config: Config, reps: u64) -> ([f64; 4], usize, usize) {
+    let mut hits = [0usize; 4];
+    let (mut count, mut converged) = (0, 0);
+    for r in 0..reps {
+        let out = run(Config {
+            seed: config.seed + 1000 * r,
+            ..config
+        });
+        converged += usize::from(out.converged);
+        for (j, &t) in out.truth.iter().enumerate() {
+            hits[0] += usize::from(out.noise_aware[j].covers50(t));
+            hits[1] += usize::from(out.noise_aware[j].covers90(t));
+            hits[2] += usize::from(out.plug_in[j].covers50(t));
+            hits[3] += usize::from(out.plug_in[j].covers90(t));
+            count += 1;
+        }
+    }
+    (hits.map(|h| h as f64 / count as f64), count, converged)
+}
