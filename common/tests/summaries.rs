@@ -1,6 +1,7 @@
 //! The `summaries` route's noise-aware posterior is calibrated: its 50 % and 90 % intervals
 //! cover the true coefficients at their nominal rates, where the plug-in posterior's do not.
 //! (The full table over families, rows and ε: `examples/summaries_calibration.rs`.)
+#[path = "support/summaries.rs"]
 mod support;
 
 use fedmcmc_common::models::Family;
