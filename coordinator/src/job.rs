@@ -114,19 +114,16 @@ pub async fn run<P: PartyHandle>(
     stop: &Stop,
 ) -> anyhow::Result<JobResult> {
     let parties = federation.describe().await?;
-    for p in &parties {
-        if p.model_fingerprint != model.fingerprint() || p.dim != model.dim() {
+    check_parties(&parties, model.as_ref(), &settings.variant)?;
+    if settings.variant == Variant::Summaries {
+        if let Start::Given(inits) = &start {
             anyhow::bail!(
-                "party {} serves model {} (fingerprint {}, dimension {}), but this job's model is {} (fingerprint {}, dimension {})",
-                p.name,
-                p.model,
-                p.model_fingerprint,
-                p.dim,
-                model.name(),
-                model.fingerprint(),
-                model.dim()
+                "the summaries route starts its chains from its own releases; a start ({}) applies to the per-iteration variants",
+                inits.label
             );
         }
+        return crate::summaries::run(&federation, model, parties, settings, out, comments, stop)
+            .await;
     }
     let plan = |parties: &[PartyInfo]| {
         planning::plan(
@@ -137,6 +134,21 @@ pub async fn run<P: PartyHandle>(
             settings.iterations,
         )
         .map_err(anyhow::Error::msg)
+    };
+    // What the sampler can check before anything is released: its configuration with the
+    // plan's iterations (the inits are checked once known).
+    let sampler_config = |iterations: u64| SamplerConfig {
+        variant: settings.variant,
+        chains: settings.chains,
+        iterations,
+        warmup: settings.warmup.unwrap_or(iterations / 2),
+        proposal_sd: settings.proposal_sd,
+        clip: settings.clip,
+        proposal: settings.proposal,
+        adapt: settings.adapt,
+        target_accept: settings.target_accept,
+        seed: settings.seed,
+        penalise: true,
     };
     let (parties, inits, initialised) = match start {
         Start::Given(inits) => (parties, inits, None),
@@ -150,7 +162,9 @@ pub async fn run<P: PartyHandle>(
                     ..p.clone()
                 })
                 .collect();
-            plan(&left)?;
+            let left = plan(&left)?;
+            check_draws(&sampler_config(left.iterations))?;
+            output::prepare_dir(out)?;
             if stop.is_requested() {
                 anyhow::bail!("stopped before any run was opened; nothing was released");
             }
@@ -165,20 +179,7 @@ pub async fn run<P: PartyHandle>(
         }
     };
     let planned = plan(&parties)?;
-    let warmup = settings.warmup.unwrap_or(planned.iterations / 2);
-    let config = SamplerConfig {
-        variant: settings.variant,
-        chains: settings.chains,
-        iterations: planned.iterations,
-        warmup,
-        proposal_sd: settings.proposal_sd,
-        clip: settings.clip,
-        proposal: settings.proposal,
-        adapt: settings.adapt,
-        target_accept: settings.target_accept,
-        seed: settings.seed,
-        penalise: true,
-    };
+    let config = sampler_config(planned.iterations);
     config.check(&inits.points, model.dim())?;
     check_draws(&config)?;
     output::prepare_dir(out)?;
@@ -240,6 +241,41 @@ pub async fn run<P: PartyHandle>(
         initialiser: initialised,
         comments,
     })
+}
+
+/// The parties serve this job's model (fingerprint and dimension) and its variant: checked
+/// from their descriptions before anything is opened, so a job they cannot serve spends
+/// nothing (an initialiser run before a refused sampling run would).
+fn check_parties(
+    parties: &[PartyInfo],
+    model: &dyn Model,
+    variant: &Variant,
+) -> anyhow::Result<()> {
+    for p in parties {
+        if p.model_fingerprint != model.fingerprint() || p.dim != model.dim() {
+            anyhow::bail!(
+                "party {} serves model {} (fingerprint {}, dimension {}), but this job's model is {} (fingerprint {}, dimension {})",
+                p.name,
+                p.model,
+                p.model_fingerprint,
+                p.dim,
+                model.name(),
+                model.fingerprint(),
+                model.dim()
+            );
+        }
+        let wanted = variant.party_variant();
+        if !p.variants.iter().any(|v| v == wanted) {
+            anyhow::bail!(
+                "party {} does not serve the {} variant for its {} model (it serves {}); nothing was released",
+                p.name,
+                variant.name(),
+                p.model,
+                p.variants.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The random stream of the chains' starting points, whichever protocol draws them (the

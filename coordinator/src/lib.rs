@@ -25,4 +25,5 @@ pub mod progress;
 pub mod remote;
 pub mod sampler;
 pub mod simulate;
+pub mod summaries;
 pub mod variant;

@@ -114,6 +114,7 @@ mod tests {
             delta,
             epsilon_committed: 0.0,
             mu_remaining: max_mu(epsilon, delta).unwrap(),
+            variants: Vec::new(),
         }
     }
 

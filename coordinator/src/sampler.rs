@@ -301,6 +301,11 @@ pub async fn sample<P: PartyHandle>(
     };
     let (sd, target) = (config.proposal_sd, config.target_accept);
     let tasks = match config.variant {
+        Variant::Summaries => {
+            return Err(SampleError::Config(
+                "the summaries route samples its noise-aware posterior after its releases, not chains over the federation".into(),
+            ));
+        }
         Variant::Penalty | Variant::MinibatchPenalty { .. } | Variant::SufficientStatistics => {
             let ratio = match config.variant {
                 Variant::Penalty => Ratio::Full,

@@ -420,6 +420,18 @@ impl Simulation {
         let clip = args.clip.unwrap_or(clip);
         // The full-data variant may run as long as the budget allows at a default τ; the
         // others are planned by the parties' accountants from their iterations.
+        if variant == Variant::Summaries {
+            if let Some(clip) = args.clip {
+                anyhow::bail!(
+                    "--clip {clip} does not apply to the summaries route: each row is bounded by the model's public column bounds"
+                );
+            }
+            if let Some(init) = &args.init {
+                anyhow::bail!(
+                    "--init {init:?} does not apply to the summaries route: its chains start from its own releases"
+                );
+            }
+        }
         if matches!(variant, Variant::Barker { .. })
             && let Some(clip) = args.clip
         {
@@ -775,6 +787,13 @@ async fn federate(
         report.table += &format!(
             "\nno exact posterior for the {} model: the draws are compared with none (no MMD)\n",
             model.name()
+        );
+    }
+    if sim.job.variant.per_iteration() && model.quadratic_summaries().is_some() {
+        report.table += &format!(
+            "\nthe summaries route applies to the {} model: `--variant summaries` pays once, for a few releases of summaries, and then samples their noise-aware posterior until every chain converges; here each of the {} iterations paid its own release (README, \"Choosing the route\")\n",
+            model.name(),
+            result.sampler.iterations
         );
     }
     Ok(report)

@@ -4,7 +4,9 @@
 use fedmcmc_common::accountant;
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::proposal::ProposalKind;
-use fedmcmc_party::node::{BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS};
+use fedmcmc_party::node::{
+    BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS, SUMMARIES,
+};
 use serde::Serialize;
 
 use crate::federation::{HmcPlan, NoiseChoice, PartyInfo, RunPlan};
@@ -24,6 +26,10 @@ pub enum VariantName {
     /// The DP penalty on noisy sufficient statistics (Yıldırım & Ermiş 2019, Alg. 3): the
     /// gaussian GLM's.
     SufficientStatistics,
+    /// Pay once: a few releases of quadratic summaries, then the noise-aware posterior
+    /// sampled at no further privacy cost (Kulkarni et al. 2021; Bernstein & Sheldon 2018);
+    /// the GLMs'.
+    Summaries,
 }
 
 /// The rows per step over the whole federation when none is given: the papers' b (Heikkilä
@@ -78,6 +84,9 @@ pub enum Variant {
     /// computed from their sum; the sensitivity follows from the model's column bounds, so
     /// the run's clip plays no part.
     SufficientStatistics,
+    /// The summaries route (`summaries.rs`): its releases and their centres follow from the
+    /// model (`Schedule::default_for`), its sampling from convergence.
+    Summaries,
 }
 
 impl Variant {
@@ -109,6 +118,11 @@ impl Variant {
             );
         }
         Ok(match name {
+            VariantName::Summaries => {
+                no_c("summaries")?;
+                full_data("summaries")?;
+                Variant::Summaries
+            }
             VariantName::SufficientStatistics => {
                 no_c("sufficient-statistics")?;
                 full_data("sufficient-statistics")?;
@@ -168,6 +182,11 @@ impl Variant {
     /// proposes by its trajectory.
     pub fn check_proposal(&self, proposal: ProposalKind) -> Result<(), String> {
         match (self, proposal) {
+            (Variant::Summaries, ProposalKind::Rw) => Ok(()),
+            (Variant::Summaries, p) => Err(format!(
+                "--proposal {} applies to the penalty variants; the summaries route samples its posterior by plain HMC",
+                p.name()
+            )),
             (_, ProposalKind::Rw) | (Variant::Penalty | Variant::MinibatchPenalty { .. }, _) => {
                 Ok(())
             }
@@ -215,7 +234,7 @@ impl Variant {
                     + (f64::from(leapfrog_steps) + 1.0)
                         * accountant::mu_per_release(gradient_tau * sqrt_n),
             ),
-            Variant::MinibatchPenalty { .. } | Variant::Barker { .. } => None,
+            Variant::MinibatchPenalty { .. } | Variant::Barker { .. } | Variant::Summaries => None,
         }
     }
 
@@ -227,7 +246,13 @@ impl Variant {
             Variant::Barker { .. } => "barker",
             Variant::Hmc { .. } => "hmc",
             Variant::SufficientStatistics => "sufficient-statistics",
+            Variant::Summaries => "summaries",
         }
+    }
+
+    /// True for the variants that pay privacy on every iteration.
+    pub fn per_iteration(&self) -> bool {
+        !matches!(self, Variant::Summaries)
     }
 
     /// The parties' name for it.
@@ -238,6 +263,7 @@ impl Variant {
             Variant::Barker { .. } => BARKER,
             Variant::Hmc { .. } => HMC,
             Variant::SufficientStatistics => SUFFICIENT_STATISTICS,
+            Variant::Summaries => SUMMARIES,
         }
     }
 
@@ -247,6 +273,10 @@ impl Variant {
             Variant::Penalty => "DP penalty, federated (Yıldırım & Ermiş 2019, Alg. 2)".into(),
             Variant::SufficientStatistics => {
                 "DP penalty on noisy sufficient statistics, federated (Yıldırım & Ermiş 2019, Alg. 3)"
+                    .into()
+            }
+            Variant::Summaries => {
+                "noise-aware posterior of quadratic summaries released once, federated (Kulkarni et al. 2021; Bernstein & Sheldon 2018; Huggins et al. 2017), sampled by plain HMC until R̂ ≤ 1.01 and ESS ≥ 400"
                     .into()
             }
             Variant::MinibatchPenalty { batch_size } => format!(
@@ -292,6 +322,17 @@ impl Variant {
         let (batch, min) = match *self {
             Variant::Penalty | Variant::SufficientStatistics => {
                 return Ok(vec![base; parties.len()]);
+            }
+            // One chain of `iterations` releases; the rows' bounds are the model's.
+            Variant::Summaries => {
+                return Ok(vec![
+                    RunPlan {
+                        chains: 1,
+                        clip: 0.0,
+                        ..base
+                    };
+                    parties.len()
+                ]);
             }
             Variant::Hmc {
                 leapfrog_steps,

@@ -28,11 +28,12 @@ pub const BARKER: &str = "barker";
 pub const HMC: &str = "hmc";
 pub const INITIALISER: &str = "initialiser";
 pub const SUFFICIENT_STATISTICS: &str = "sufficient-statistics";
+pub const SUMMARIES: &str = "summaries";
 
 /// The variants a party serves under its neighbour relation: the minibatch ones rest on
 /// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5); the full-data ones
-/// are clipped sums, whose sensitivity each relation bounds. `sufficient-statistics` needs a
-/// model that has them ([`PartyNode`] lists it only then).
+/// are clipped sums, whose sensitivity each relation bounds. `sufficient-statistics` and
+/// `summaries` need a model that has them ([`PartyNode`] lists them only then).
 pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
     match neighbours {
         Neighbours::Substitute => &[
@@ -42,8 +43,15 @@ pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
             HMC,
             INITIALISER,
             SUFFICIENT_STATISTICS,
+            SUMMARIES,
         ],
-        Neighbours::AddRemove => &[FULL_PENALTY, HMC, INITIALISER, SUFFICIENT_STATISTICS],
+        Neighbours::AddRemove => &[
+            FULL_PENALTY,
+            HMC,
+            INITIALISER,
+            SUFFICIENT_STATISTICS,
+            SUMMARIES,
+        ],
     }
 }
 
@@ -58,9 +66,9 @@ pub fn mechanism_of(
         // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2), and
         // the clipped gradient sums of DP HMC and the initialiser: each release a Gaussian
         // mechanism, composed heterogeneously (Räisä 2020, Thm 4.3); and the sufficient
-        // statistics' sum over all rows (Yıldırım & Ermiş 2019, Alg. 3), a Gaussian mechanism
-        // on a vector.
-        (FULL_PENALTY | HMC | INITIALISER | SUFFICIENT_STATISTICS, None, None) => {
+        // statistics' sum over all rows (Yıldırım & Ermiş 2019, Alg. 3) and the summaries
+        // route's quadratic summaries, each a Gaussian mechanism on a vector.
+        (FULL_PENALTY | HMC | INITIALISER | SUFFICIENT_STATISTICS | SUMMARIES, None, None) => {
             MechanismKind::Gaussian
         }
         // A Gaussian release on a batch drawn without replacement (Räisä 2020, Thm 3.5).
@@ -70,7 +78,13 @@ pub fn mechanism_of(
         // One DP Barker iteration (Räisä 2020, Thm 3.3).
         (BARKER, Some(batch), Some(population)) => MechanismKind::DpBarker { batch, population },
         (
-            FULL_PENALTY | MINIBATCH_PENALTY | BARKER | HMC | INITIALISER | SUFFICIENT_STATISTICS,
+            FULL_PENALTY
+            | MINIBATCH_PENALTY
+            | BARKER
+            | HMC
+            | INITIALISER
+            | SUFFICIENT_STATISTICS
+            | SUMMARIES,
             ..,
         ) => {
             return Err(format!(
@@ -639,7 +653,13 @@ impl PartyNode {
             .iter()
             .copied()
             .filter(|v| *v != SUFFICIENT_STATISTICS || self.sufficient.is_some())
+            .filter(|v| *v != SUMMARIES || self.model.quadratic_summaries().is_some())
             .collect()
+    }
+
+    /// Entries of this party's summary release (0 where its model has none).
+    pub fn summary_entries(&self) -> usize {
+        self.model.quadratic_summaries().map_or(0, |s| s.entries())
     }
 
     /// The plan's mechanism, releases and noise request, or why it is refused.
@@ -660,6 +680,8 @@ impl PartyNode {
                     "the {} model has no sufficient statistics",
                     self.model.name()
                 )
+            } else if variant == SUMMARIES {
+                format!("the {} model has no quadratic summaries", self.model.name())
             } else if variants_served(Neighbours::Substitute).contains(&variant) {
                 format!(
                     "the {variant} variant's privacy bounds hold for substitute neighbours, and this party states its guarantee under {} neighbours",
@@ -709,7 +731,25 @@ impl PartyNode {
             }
             (Some(_), Some(_)) => {}
         }
-        if variant == BARKER {
+        if variant == SUMMARIES && plan.clip != 0.0 {
+            return invalid(format!(
+                "a {SUMMARIES} run's rows are bounded by the model's public column bounds; leave clip unset, got {}",
+                plan.clip
+            ));
+        }
+        if variant == SUMMARIES && plan.chains != 1 {
+            return invalid(format!(
+                "a {SUMMARIES} run is one chain of releases, not {}",
+                plan.chains
+            ));
+        }
+        if variant == SUMMARIES {
+            if let Some(c) = plan.barker_variance {
+                return invalid(format!(
+                    "a {variant} run takes no Barker variance share, got {c}"
+                ));
+            }
+        } else if variant == BARKER {
             if plan.clip != 0.0 {
                 return invalid(format!(
                     "a {BARKER} run's clip is fixed by its batch and variance share (Räisä 2020, Thm 3.3); leave clip unset, got {}",

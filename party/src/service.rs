@@ -19,7 +19,7 @@ use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::node::{
     BARKER, FULL_PENALTY, HMC, HmcPlan, INITIALISER, MINIBATCH_PENALTY, PartyNode, Plan,
-    SUFFICIENT_STATISTICS,
+    SUFFICIENT_STATISTICS, SUMMARIES,
 };
 use crate::release::StepKey;
 use crate::statistics::Query;
@@ -53,6 +53,7 @@ pub fn variant_name(v: pb::Variant) -> &'static str {
         pb::Variant::Barker => BARKER,
         pb::Variant::Hmc => HMC,
         pb::Variant::SufficientStatistics => SUFFICIENT_STATISTICS,
+        pb::Variant::Summaries => SUMMARIES,
         pb::Variant::Initialiser => INITIALISER,
     }
 }
@@ -66,6 +67,7 @@ pub fn variant_from_name(name: &str) -> pb::Variant {
         HMC => pb::Variant::Hmc,
         INITIALISER => pb::Variant::Initialiser,
         SUFFICIENT_STATISTICS => pb::Variant::SufficientStatistics,
+        SUMMARIES => pb::Variant::Summaries,
         _ => pb::Variant::Unspecified,
     }
 }
@@ -111,6 +113,11 @@ async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution
         Some(pb::step_request::Query::Gradient(q)) => Query::Gradient { theta: &q.theta },
         Some(pb::step_request::Query::SufficientStatistics(_)) => Query::SufficientStatistics {
             entries: node.sufficient.as_ref().map_or(0, Vec::len),
+        },
+        Some(pb::step_request::Query::Summary(q)) => Query::Summary {
+            centre: &q.centre,
+            window: q.window,
+            entries: node.summary_entries(),
         },
         None => {
             return Err(Status::invalid_argument(

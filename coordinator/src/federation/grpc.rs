@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fedmcmc_party::service::variant_from_name;
+use fedmcmc_party::service::{variant_from_name, variant_name};
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
@@ -200,6 +200,14 @@ impl PartyHandle for GrpcParty {
             delta: budget.delta,
             epsilon_committed: d.epsilon_committed,
             mu_remaining: d.mu_remaining,
+            variants: d
+                .variants
+                .iter()
+                .map(|&v| {
+                    let v = pb::Variant::try_from(v).unwrap_or(pb::Variant::Unspecified);
+                    variant_name(v).to_string()
+                })
+                .collect(),
         })
     }
 
@@ -350,6 +358,10 @@ fn wire_query(query: Query<'_>) -> pb::step_request::Query {
         } => Wire::BarkerLogLikRatio(ratio(theta, theta_proposed)),
         Query::Gradient { theta } => Wire::Gradient(pb::GradientQuery {
             theta: theta.to_vec(),
+        }),
+        Query::Summary { centre, window, .. } => Wire::Summary(pb::SummaryQuery {
+            centre: centre.to_vec(),
+            window,
         }),
         Query::SufficientStatistics { .. } => {
             Wire::SufficientStatistics(pb::SufficientStatisticsQuery {})

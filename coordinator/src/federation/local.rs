@@ -43,6 +43,7 @@ impl PartyHandle for Arc<PartyNode> {
             delta: d.delta,
             epsilon_committed: d.epsilon_committed,
             mu_remaining: d.mu_remaining,
+            variants: d.variants.iter().map(|v| v.to_string()).collect(),
         })
     }
 

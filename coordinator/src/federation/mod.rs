@@ -26,6 +26,10 @@ pub struct PartyInfo {
     pub epsilon_committed: f64,
     /// μ still available for Gaussian releases (k releases at multiplier s cost k/(2s²)).
     pub mu_remaining: f64,
+    /// The variants it serves (the parties' names), so that a job it cannot serve is
+    /// refused before anything is spent.
+    #[serde(default)]
+    pub variants: Vec<String>,
 }
 
 /// The noise a plan asks for.

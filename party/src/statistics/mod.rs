@@ -13,7 +13,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::error::PartyError;
 use crate::ledger::RunTerms;
 use crate::node::{
-    BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS,
+    BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS, SUMMARIES,
 };
 use crate::release::Bound;
 
@@ -21,6 +21,7 @@ pub mod gradient;
 pub mod log_lik_ratio;
 pub mod minibatch;
 pub mod sufficient;
+pub mod summary;
 
 pub use gradient::Gradient;
 pub use log_lik_ratio::LogLikRatio;
@@ -51,6 +52,13 @@ pub enum Query<'a> {
     /// The sufficient statistics T·Σ_x s(x), `entries` of them (Yıldırım & Ermiş 2019,
     /// Alg. 3): the same at every step, noised afresh.
     SufficientStatistics { entries: usize },
+    /// The quadratic summary (g, upper A) about `centre` with Chebyshev `window` (0:
+    /// Taylor), `entries` of them (the summaries route).
+    Summary {
+        centre: &'a [f64],
+        window: f64,
+        entries: usize,
+    },
 }
 
 /// The wire names of the queries.
@@ -59,13 +67,14 @@ const MINIBATCH_LOG_LIK_RATIO: &str = "minibatch_log_lik_ratio";
 const BARKER_LOG_LIK_RATIO: &str = "barker_log_lik_ratio";
 const GRADIENT: &str = "gradient";
 const SUFFICIENT: &str = "sufficient_statistics";
+const SUMMARY: &str = "summary";
 
 impl<'a> Query<'a> {
     /// Entries in the released vector: one per parameter for a gradient, else one.
     pub fn released_len(&self) -> usize {
         match self {
             Query::Gradient { theta } => theta.len(),
-            Query::SufficientStatistics { entries } => *entries,
+            Query::SufficientStatistics { entries } | Query::Summary { entries, .. } => *entries,
             _ => 1,
         }
     }
@@ -74,6 +83,7 @@ impl<'a> Query<'a> {
     fn thetas(&self) -> (&'a [f64], &'a [f64]) {
         match *self {
             Query::Gradient { theta } => (theta, &[]),
+            Query::Summary { centre, .. } => (centre, &[]),
             Query::SufficientStatistics { .. } => (&[], &[]),
             Query::LogLikRatio {
                 theta,
@@ -94,7 +104,16 @@ impl<'a> Query<'a> {
     /// repeat them bit for bit.
     pub fn inputs(&self) -> Vec<f64> {
         let (theta, theta_proposed) = self.thetas();
-        theta.iter().chain(theta_proposed).copied().collect()
+        let window = match self {
+            Query::Summary { window, .. } => Some(*window),
+            _ => None,
+        };
+        theta
+            .iter()
+            .chain(theta_proposed)
+            .copied()
+            .chain(window)
+            .collect()
     }
 
     /// The query's wire name, for messages.
@@ -105,6 +124,7 @@ impl<'a> Query<'a> {
             Query::BarkerLogLikRatio { .. } => BARKER_LOG_LIK_RATIO,
             Query::Gradient { .. } => GRADIENT,
             Query::SufficientStatistics { .. } => SUFFICIENT,
+            Query::Summary { .. } => SUMMARY,
         }
     }
 
@@ -114,7 +134,7 @@ impl<'a> Query<'a> {
     /// party's summed sufficient statistics, if its model has them.
     pub(crate) fn statistic(
         &self,
-        model: &dyn Model,
+        model: &'a dyn Model,
         terms: &RunTerms,
         step: u64,
         summed: Option<&'a [f64]>,
@@ -131,6 +151,10 @@ impl<'a> Query<'a> {
         match self {
             Query::SufficientStatistics { .. } => {}
             Query::Gradient { .. } => check_theta(model, "theta", theta)?,
+            Query::Summary { window, .. } => {
+                check_theta(model, "centre", theta)?;
+                summary::check_window(*window)?;
+            }
             _ => {
                 check_theta(model, "theta", theta)?;
                 check_theta(model, "theta_proposed", theta_proposed)?;
@@ -183,6 +207,32 @@ impl<'a> Query<'a> {
                     ratio_multiplier,
                 )
             }
+            Query::Summary {
+                centre,
+                window,
+                entries,
+            } => {
+                let Some(summaries) = model.quadratic_summaries() else {
+                    return Err(PartyError::FailedPrecondition(format!(
+                        "the {} model has no quadratic summaries",
+                        model.name()
+                    )));
+                };
+                if *entries != summaries.entries() {
+                    return Err(PartyError::InvalidArgument(format!(
+                        "the query asks for {entries} summary entries; this party's model has {}",
+                        summaries.entries()
+                    )));
+                }
+                (
+                    Box::new(summary::Summary {
+                        summaries,
+                        centre,
+                        window: *window,
+                    }),
+                    ratio_multiplier,
+                )
+            }
             Query::MinibatchLogLikRatio { .. } => (
                 Box::new(MinibatchRatio(BatchRatio {
                     theta,
@@ -220,6 +270,7 @@ fn expected_query(terms: &RunTerms, step: u64) -> Result<&'static str, PartyErro
         BARKER => BARKER_LOG_LIK_RATIO,
         INITIALISER => GRADIENT,
         SUFFICIENT_STATISTICS => SUFFICIENT,
+        SUMMARIES => SUMMARY,
         HMC => {
             let per_iteration = terms.releases_per_iteration();
             if step % per_iteration == per_iteration - 1 {

@@ -1,0 +1,287 @@
+//! The summaries route: pay for privacy once. One run of a few releases per party (the
+//! pilots and the finals of `fedmcmc_common::noise_aware::rounds`), closed as soon as they
+//! are made; then the noise-aware posterior of the final summary (Kulkarni et al. 2021;
+//! Bernstein & Sheldon 2018) sampled by plain HMC with exact gradients until every chain
+//! converges (R̂ ≤ 1.01, bulk and tail ESS ≥ 400), at no further privacy cost. The draws,
+//! summary and privacy report are those of every variant.
+use std::sync::Arc;
+
+use fedmcmc_common::accountant;
+use fedmcmc_common::models::Model;
+use fedmcmc_common::noise_aware::hmc::{self, Sampled, Settings};
+use fedmcmc_common::noise_aware::quadratic::{QuadraticPosterior, Release};
+use fedmcmc_common::noise_aware::rounds::{Rounds, Schedule};
+use fedmcmc_common::proposal::ProposalKind;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+use crate::federation::{Federation, NoiseChoice, PartyHandle, PartyInfo, Query};
+use crate::interrupt::Stop;
+use crate::job::{INIT_STREAM, Inits, JobResult, JobSettings};
+use crate::kernels::ChainLink;
+use crate::output;
+use crate::sampler::{ChainTrace, SamplerConfig, chain_seed};
+use crate::variant::Variant;
+
+/// The route's releases for `model`, or why it has none.
+pub fn schedule(model: &dyn Model) -> Result<Schedule, String> {
+    Schedule::default_for(model).ok_or_else(|| {
+        format!(
+            "the {} model has no summaries: the summaries route serves the GLMs; choose a per-iteration variant (--variant penalty, hmc, …)",
+            model.name()
+        )
+    })
+}
+
+/// The noise of `releases` Gaussian releases per party: τ checked against every party's
+/// budget, or each party calibrating the smallest τ that fits what it has left.
+pub fn plan_noise(
+    parties: &[PartyInfo],
+    releases: u64,
+    tau: Option<f64>,
+) -> Result<NoiseChoice, String> {
+    for p in parties {
+        if !(p.mu_remaining > 0.0) {
+            return Err(format!(
+                "party {} has no budget left (ε = {:.4} of {} committed)",
+                p.name, p.epsilon_committed, p.epsilon
+            ));
+        }
+    }
+    let Some(tau) = tau else {
+        return Ok(NoiseChoice::Calibrate);
+    };
+    if !(tau.is_finite() && tau > 0.0) {
+        return Err(format!("tau must be a positive number, got {tau}"));
+    }
+    for p in parties {
+        let mu = releases as f64 * accountant::mu_per_release(tau * (p.rows as f64).sqrt());
+        if mu > p.mu_remaining {
+            return Err(format!(
+                "the summaries route's {releases} releases at τ = {tau} do not fit the privacy budget of party {} (ε = {}, δ = {:e}, ε = {:.4} already committed): give a larger --tau, or leave it out and each party calibrates the noise to what it has left",
+                p.name, p.epsilon, p.delta, p.epsilon_committed
+            ));
+        }
+    }
+    Ok(NoiseChoice::Tau(tau))
+}
+
+/// Runs the route against `parties` (described and checked by the caller): plans, opens,
+/// releases, closes, samples. Every refusal it can decide comes before the run is opened.
+#[allow(clippy::too_many_arguments)] // the whole job, as `job::run` gives it
+pub async fn run<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: Arc<dyn Model>,
+    parties: Vec<PartyInfo>,
+    settings: &JobSettings,
+    out: &std::path::Path,
+    mut comments: Vec<(String, String)>,
+    stop: &Stop,
+) -> anyhow::Result<JobResult> {
+    let schedule = schedule(model.as_ref()).map_err(anyhow::Error::msg)?;
+    if let Some(i) = settings.iterations {
+        anyhow::bail!(
+            "the summaries route takes no --iterations ({i}): it releases {} summaries and samples until the chains converge",
+            schedule.releases()
+        );
+    }
+    if settings.chains < 2 {
+        anyhow::bail!(
+            "the summaries route needs at least 2 chains to check convergence, got {}",
+            settings.chains
+        );
+    }
+    let noise =
+        plan_noise(&parties, schedule.releases(), settings.tau).map_err(anyhow::Error::msg)?;
+    let plans = settings
+        .variant
+        .plans(&parties, 1, schedule.releases(), 0.0, noise)
+        .map_err(anyhow::Error::msg)?;
+    output::prepare_dir(out)?;
+    if stop.is_requested() {
+        anyhow::bail!("stopped before any run was opened; nothing was released");
+    }
+    let grants = federation.open(&plans, &model.fingerprint()).await?;
+    let released = release(federation, &model, schedule, stop).await;
+    // Close at once, also after a failure: the sampling needs no party.
+    let closed = federation.close().await?;
+    let (release, rounds_line) = released?;
+
+    let posterior = QuadraticPosterior::new(Arc::clone(&model), release.clone());
+    let inits = dispersed(&posterior, &release, settings);
+    let start = posterior.initial()[..model.dim()].to_vec();
+    let seeds: Vec<u64> = (0..settings.chains)
+        .map(|c| chain_seed(settings.seed, c))
+        .collect();
+    let d = model.dim();
+    let hmc_settings = Settings::default();
+    let sampled = tokio::task::spawn_blocking({
+        let inits = inits.clone();
+        move || {
+            hmc::sample_until_converged(&posterior, inits, &seeds, hmc_settings, &|x| {
+                x[..d].to_vec()
+            })
+        }
+    })
+    .await?
+    .map_err(anyhow::Error::msg)?;
+    let iterations = sampled.chains[0].states.len() as u64;
+    let sampler = SamplerConfig {
+        variant: Variant::Summaries,
+        chains: settings.chains,
+        iterations,
+        warmup: sampled.warmup as u64,
+        proposal: ProposalKind::Rw,
+        proposal_sd: 0.0,
+        clip: 0.0,
+        adapt: true,
+        target_accept: hmc::TARGET_ACCEPT,
+        seed: settings.seed,
+        penalise: false,
+    };
+    let traces = traces(&sampled, d, release.noise_variance, &sampler);
+    let inits = Inits {
+        points: inits.iter().map(|x| x[..d].to_vec()).collect(),
+        label: format!(
+            "the mode of the final summary's plug-in posterior {:?}, each chain's θ spread by twice its sds",
+            start
+        ),
+    };
+    comments.push(("init".to_string(), inits.label.clone()));
+    comments.extend(output::job_comments(&sampler, &parties, &grants, &plans));
+    comments.push(("summaries".to_string(), rounds_line));
+    comments.push((
+        "convergence".to_string(),
+        format!(
+            "{} draws per chain after {} of warm-up: worst R̂ {:.4}, least bulk/tail ESS {:.0}{}",
+            iterations - sampled.warmup as u64,
+            sampled.warmup,
+            sampled.rhat,
+            sampled.ess,
+            if sampled.converged {
+                ""
+            } else {
+                " (NOT converged: the most draws were reached)"
+            }
+        ),
+    ));
+    Ok(JobResult {
+        parties,
+        plans,
+        grants,
+        closed,
+        sampler,
+        noise,
+        traces,
+        inits,
+        initialiser: None,
+        interrupted: None,
+        comments,
+    })
+}
+
+/// Makes the schedule's releases, in order, as one chain of the open run: the final summary
+/// averaged, and one line saying where each release was centred.
+async fn release<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: &Arc<dyn Model>,
+    schedule: Schedule,
+    stop: &Stop,
+) -> anyhow::Result<(Release, String)> {
+    let entries = model
+        .quadratic_summaries()
+        .expect("a model with summaries")
+        .entries();
+    let mut rounds = Rounds::new(Arc::clone(model), schedule);
+    let mut link = ChainLink::new(federation, 0);
+    while let Some((centre, window)) = rounds.next() {
+        if stop.is_requested() {
+            anyhow::bail!(
+                "stopped after {} of the summaries route's {} releases; the run is closed and charged what it released",
+                link.next_step(),
+                schedule.releases()
+            );
+        }
+        let centre = centre.to_vec();
+        let answer = link
+            .ask(Query::Summary {
+                centre: &centre,
+                window,
+                entries,
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("summary release {}: {}", e.step, e.source))?;
+        rounds.record(&answer.value, answer.noise_variance);
+    }
+    let release = rounds.finish().expect("every release recorded");
+    let pilots: Vec<String> = rounds
+        .pilots()
+        .iter()
+        .map(|p| format!("at {:?} (window {})", p.centre, p.window))
+        .collect();
+    let line = format!(
+        "{} pilot release(s) {}; {} final release(s) at {:?} averaged, noise variance {:e} per entry",
+        schedule.pilots,
+        pilots.join(", "),
+        schedule.finals,
+        release.centre,
+        release.noise_variance
+    );
+    Ok((release, line))
+}
+
+/// One start per chain: the plug-in mode with θ spread by twice the plug-in posterior's sds
+/// (the diagonal of Â⁻¹, Â made positive definite), from the job's seeded stream.
+fn dispersed(
+    posterior: &QuadraticPosterior,
+    release: &Release,
+    settings: &JobSettings,
+) -> Vec<Vec<f64>> {
+    let d = release.dim();
+    let a = nalgebra::DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
+    let floor = release.noise_variance.sqrt().max(1e-12);
+    let pd = fedmcmc_common::noise_aware::quadratic::positive_definite(&a, floor);
+    let sds: Vec<f64> = match pd.try_inverse() {
+        Some(inv) => (0..d).map(|i| inv[(i, i)].sqrt()).collect(),
+        None => vec![0.0; d],
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+    rng.set_stream(INIT_STREAM);
+    let centre = posterior.initial();
+    (0..settings.chains)
+        .map(|_| {
+            let mut x = centre.clone();
+            for (v, sd) in x.iter_mut().zip(&sds) {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                *v += 2.0 * sd * z;
+            }
+            x
+        })
+        .collect()
+}
+
+/// The chains as the outputs take them: θ at every iteration, warm-up included.
+fn traces(
+    sampled: &Sampled,
+    d: usize,
+    noise_variance: f64,
+    config: &SamplerConfig,
+) -> Vec<ChainTrace> {
+    sampled
+        .chains
+        .iter()
+        .enumerate()
+        .map(|(c, chain)| ChainTrace {
+            chain: c as u32,
+            seed: chain_seed(config.seed, c as u32),
+            dim: d,
+            warmup: config.warmup,
+            theta: chain.states.iter().flat_map(|x| x[..d].to_vec()).collect(),
+            accept_stat: chain.transitions.iter().map(|t| t.accept_stat).collect(),
+            accepted: chain.transitions.iter().map(|t| t.accepted).collect(),
+            noise_variance: vec![noise_variance; chain.states.len()],
+            scale: chain.transitions.iter().map(|t| t.step_size).collect(),
+        })
+        .collect()
+}
