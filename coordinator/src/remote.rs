@@ -40,9 +40,10 @@ pub struct RunConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SamplerSection {
-    /// `penalty` (default), `minibatch-penalty`, `barker` or `hmc`.
-    #[serde(default = "default_variant")]
-    pub variant: VariantName,
+    /// `summaries`, `penalty`, `minibatch-penalty`, `barker`, `hmc` or
+    /// `sufficient-statistics`; without one the route is chosen from the model
+    /// ([`choose_route`]).
+    pub variant: Option<VariantName>,
     /// The penalty variants' proposal: `rw` (default), `ocu` or `gwmh` (Räisä 2020, Sec. 3.1).
     #[serde(default)]
     pub proposal: ProposalKind,
@@ -62,9 +63,12 @@ pub struct SamplerSection {
     pub iterations: Option<u64>,
     pub tau: Option<f64>,
     pub warmup: Option<u64>,
-    /// Required, except for DP Barker, whose clip the parties fix.
+    /// Required by the per-iteration variants except DP Barker, whose clip the parties fix;
+    /// not taken by the summaries route, whose rows the model's bounds bound.
     pub clip: Option<f64>,
-    pub proposal_sd: f64,
+    /// The walk's initial sd: required by the per-iteration variants, not taken by the
+    /// summaries route.
+    pub proposal_sd: Option<f64>,
     #[serde(default = "default_true")]
     pub adapt: bool,
     /// The acceptance rate warm-up adapts the scale to (default 0.25 for `rw`, 0.44 for a
@@ -81,8 +85,28 @@ pub struct SamplerSection {
     pub init_steps: Option<u64>,
 }
 
-fn default_variant() -> VariantName {
-    VariantName::Penalty
+/// The route when the run config names no variant, from public facts alone (the model):
+/// the summaries route where the model has summaries (it pays once, for a few releases,
+/// and its chains then run until they converge), the full-data DP penalty otherwise. The
+/// variant and one sentence saying why.
+pub fn choose_route(model: &dyn Model) -> (VariantName, String) {
+    match crate::summaries::schedule(model) {
+        Ok(schedule) => (
+            VariantName::Summaries,
+            format!(
+                "summaries, chosen because the {} model has summaries: each party makes {} releases once and the noise-aware posterior is then sampled until it converges, at no further privacy cost (set `variant` in [sampler] for a per-iteration variant)",
+                model.name(),
+                schedule.releases()
+            ),
+        ),
+        Err(_) => (
+            VariantName::Penalty,
+            format!(
+                "penalty, chosen because the {} model has no summaries: every iteration pays for one release per party (Yıldırım & Ermiş 2019)",
+                model.name()
+            ),
+        ),
+    }
 }
 fn default_chains() -> u32 {
     4
@@ -269,8 +293,15 @@ async fn job(
         gradient_clip: s.gradient_clip,
         gradient_tau: s.gradient_tau,
     };
-    let variant =
-        Variant::new(s.variant, s.batch_size, s.barker_c, hmc).map_err(anyhow::Error::msg)?;
+    let (name, route) = match s.variant {
+        Some(v) => (v, None),
+        None => {
+            let (v, why) = choose_route(model.as_ref());
+            tracing::info!(route = %why, "route");
+            (v, Some(why))
+        }
+    };
+    let variant = Variant::new(name, s.batch_size, s.barker_c, hmc).map_err(anyhow::Error::msg)?;
     variant
         .check_proposal(s.proposal)
         .map_err(anyhow::Error::msg)?;
@@ -281,7 +312,10 @@ async fn job(
         tau: s.tau,
         warmup: s.warmup,
         clip: match (&variant, s.clip) {
-            (Variant::Barker { .. }, None) => 0.0,
+            (Variant::Barker { .. } | Variant::Summaries, None) => 0.0,
+            (Variant::Summaries, Some(c)) => anyhow::bail!(
+                "clip = {c} does not apply to the summaries route: each row is bounded by the model's public column bounds"
+            ),
             (Variant::Barker { .. }, Some(c)) => anyhow::bail!(
                 "clip = {c} does not apply to the barker variant: its clip follows from the batch and C (Räisä 2020, Thm 3.3)"
             ),
@@ -289,7 +323,14 @@ async fn job(
             (v, None) => anyhow::bail!("the {} variant needs `clip` in [sampler]", v.name()),
         },
         proposal: s.proposal,
-        proposal_sd: s.proposal_sd,
+        proposal_sd: match (&variant, s.proposal_sd) {
+            (Variant::Summaries, None) => 0.0,
+            (Variant::Summaries, Some(sd)) => anyhow::bail!(
+                "proposal_sd = {sd} does not apply to the summaries route: it samples by HMC, adapted in warm-up"
+            ),
+            (_, Some(sd)) => sd,
+            (v, None) => anyhow::bail!("the {} variant needs `proposal_sd` in [sampler]", v.name()),
+        },
         adapt: s.adapt,
         target_accept: s
             .target_accept
@@ -316,13 +357,14 @@ async fn job(
             "init = \"truth-jitter\" is a simulation protocol: a run has no true θ; use \"private\" or a point"
         ),
     };
-    let comments = vec![match &config.model {
+    let mut comments = vec![match &config.model {
         Some(spec) => ("model_spec".to_string(), serde_json::to_string(spec)?),
         None => (
             "model".to_string(),
             format!("{} (fingerprint {})", model.name(), model.fingerprint()),
         ),
     }];
+    comments.extend(route.clone().map(|why| ("route".to_string(), why)));
     let result = job::run(
         Arc::new(Federation::new(handles)),
         Arc::clone(&model),
@@ -334,5 +376,9 @@ async fn job(
         stop,
     )
     .await?;
-    output::finish(out, model.name(), &result, None)
+    let mut report = output::finish(out, model.name(), &result, None)?;
+    if let Some(why) = route {
+        report.table = format!("route: {why}\n{}", report.table);
+    }
+    Ok(report)
 }

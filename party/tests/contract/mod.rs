@@ -49,6 +49,9 @@ pub enum QueryKind {
     Gradient,
     /// The sufficient statistics, which carry no θ.
     Sufficient,
+    /// A quadratic summary: `theta` is its centre, `theta_proposed` holds its window (one
+    /// entry; none sends the wire default 0).
+    Summary,
 }
 
 /// Which run a call names.
@@ -222,6 +225,12 @@ impl Subject {
                             QueryKind::Sufficient => pb::step_request::Query::SufficientStatistics(
                                 pb::SufficientStatisticsQuery {},
                             ),
+                            QueryKind::Summary => {
+                                pb::step_request::Query::Summary(pb::SummaryQuery {
+                                    centre: theta.clone(),
+                                    window: theta_proposed.first().copied().unwrap_or(0.0),
+                                })
+                            }
                         }
                     }),
                 };
@@ -440,6 +449,15 @@ pub fn sufficient_plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> p
     pb::RunPlan {
         variant: pb::Variant::SufficientStatistics as i32,
         ..plan(chains, steps, 1.0, noise)
+    }
+}
+
+/// A summaries plan: one chain of `steps` releases; the clip is unset (the model's column
+/// bounds give the sensitivity).
+pub fn summaries_plan(steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
+    pb::RunPlan {
+        variant: pb::Variant::Summaries as i32,
+        ..plan(1, steps, 0.0, noise)
     }
 }
 

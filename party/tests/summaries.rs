@@ -1,0 +1,202 @@
+//! The summaries route's release (a quadratic summary about a public centre) on a party
+//! serving a GLM: its refusals are public decisions (neighbouring rows, the substitute at a
+//! corner of the columns' bounds, decide alike, for each family), its noise is the run's
+//! multiplier times the sensitivity the model's public bound gives at the asked centre and
+//! window, and a party whose model has no summaries refuses the variant.
+mod contract;
+
+use contract::{
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, step_as,
+    summaries_plan, tau,
+};
+use fedmcmc_common::accountant::{Choice, Method};
+use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
+use fedmcmc_party::config::BudgetConfig;
+use fedmcmc_proto::v1 as pb;
+use rand::SeedableRng;
+use tonic::Code;
+
+const ROWS: usize = 300;
+
+fn budget() -> BudgetConfig {
+    BudgetConfig {
+        epsilon: 10.0,
+        delta: 1e-5,
+        accountant: Choice::Only(Method::Analytic),
+    }
+}
+
+fn summary(run: usize, step: StepAt, centre: &[f64], window: f64) -> Call {
+    Call::Step {
+        kind: QueryKind::Summary,
+        run: RunRef::Slot(run),
+        chain: 0,
+        step,
+        theta: centre.to_vec(),
+        theta_proposed: vec![window],
+    }
+}
+
+/// Run slots: 0 a four-step summaries run, 1 a full-data penalty run. Then its steps (a
+/// Chebyshev window, Taylor's, a far centre), a replay, a replay with another window, steps
+/// out of order and of an unknown run, malformed centres and windows, the wrong query for
+/// each run, the exhausted run, plans the variant refuses, a plan beyond the budget, and a
+/// step after closing.
+fn battery() -> Vec<Call> {
+    let centre = [0.5, 1.0, -0.5];
+    let th = [0.5, 1.0, -0.5];
+    let prop = [0.51, 0.99, -0.5];
+    let mut clipped = summaries_plan(3, tau(0.5));
+    clipped.clip = 2.0;
+    let mut chains = summaries_plan(3, tau(0.5));
+    chains.chains = 2;
+    vec![
+        Call::Open(summaries_plan(4, tau(0.5))),
+        Call::Open(plan(1, 5, 2.0, tau(0.5))),
+        summary(0, StepAt::Next, &[0.0, 0.0, 0.0], 2.0),
+        summary(0, StepAt::Last, &[0.0, 0.0, 0.0], 2.0),
+        summary(0, StepAt::Last, &[0.0, 0.0, 0.0], 3.0),
+        summary(0, StepAt::Ahead(2), &centre, 0.0),
+        Call::Step {
+            kind: QueryKind::Summary,
+            run: RunRef::Unknown,
+            chain: 0,
+            step: StepAt::At(0),
+            theta: centre.to_vec(),
+            theta_proposed: vec![0.0],
+        },
+        summary(0, StepAt::Next, &[0.5, f64::NAN, 0.0], 0.0),
+        summary(0, StepAt::Next, &[0.5, 1.0], 0.0),
+        summary(0, StepAt::Next, &centre, f64::NAN),
+        summary(0, StepAt::Next, &centre, -1.0),
+        summary(0, StepAt::Next, &centre, 1e9),
+        step_as(QueryKind::Full, 0, 0, &th, &prop),
+        summary(1, StepAt::Next, &centre, 0.0),
+        step_as(QueryKind::Full, 1, 0, &th, &prop),
+        summary(0, StepAt::Next, &centre, 0.0),
+        summary(0, StepAt::Next, &[3.0, -4.0, 2.0], 0.0),
+        summary(0, StepAt::Next, &centre, 0.0),
+        summary(0, StepAt::Next, &centre, 0.0),
+        Call::Open(clipped),
+        Call::Open(chains),
+        Call::Open(summaries_plan(1_000_000_000, tau(1e-3))),
+        Call::Close(RunRef::Slot(0)),
+        summary(0, StepAt::Next, &centre, 0.0),
+    ]
+}
+
+fn refused(code: Code, contains: &str) -> impl Fn(&Decision) -> bool + '_ {
+    move |d| matches!(d, Decision::Refused { code: c, message } if *c == code && message.contains(contains))
+}
+
+#[tokio::test]
+async fn summary_refusals_are_public_decisions_for_every_family() {
+    for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+        let spec = ModelSpec::Glm(GlmSpec::example(family, 3));
+        let model = spec.build().unwrap();
+        let columns = model.columns();
+        let bounds = |j: usize| columns[j].bounds.unwrap();
+        // Corners of the columns' bounds: the rows that move a summary most.
+        let substitutes: Vec<Vec<f64>> = [[1, 0, 1], [0, 1, 0], [1, 1, 1]]
+            .iter()
+            .map(|corner| (0..3).map(|j| bounds(j)[corner[j]]).collect())
+            .collect();
+        let tallies = decided_alike_for(&spec, &substitutes, ROWS, &battery(), budget()).await;
+        let decisions = &tallies[0].decisions;
+        type Check<'a> = (usize, &'a dyn Fn(&Decision) -> bool);
+        let expect: [Check; 20] = [
+            (2, &|d| {
+                matches!(
+                    d,
+                    Decision::Released {
+                        replayed: false,
+                        ..
+                    }
+                )
+            }),
+            (3, &|d| {
+                matches!(d, Decision::Released { replayed: true, .. })
+            }),
+            (4, &refused(Code::FailedPrecondition, "")),
+            (5, &refused(Code::FailedPrecondition, "out of order")),
+            (6, &refused(Code::NotFound, "no run")),
+            (7, &refused(Code::InvalidArgument, "centre[1] is NaN")),
+            (8, &refused(Code::InvalidArgument, "dimension 3")),
+            (9, &refused(Code::InvalidArgument, "window is NaN")),
+            (10, &refused(Code::InvalidArgument, "window is -1")),
+            (11, &refused(Code::InvalidArgument, "window is 1000000000")),
+            (
+                12,
+                &refused(
+                    Code::FailedPrecondition,
+                    "asks for a summary query, not log_lik_ratio",
+                ),
+            ),
+            (
+                13,
+                &refused(
+                    Code::FailedPrecondition,
+                    "asks for a log_lik_ratio query, not summary",
+                ),
+            ),
+            (15, &|d| matches!(d, Decision::Released { .. })),
+            (16, &|d| matches!(d, Decision::Released { .. })),
+            (18, &refused(Code::ResourceExhausted, "has used them all")),
+            (19, &refused(Code::InvalidArgument, "leave clip unset")),
+            (20, &refused(Code::InvalidArgument, "one chain")),
+            (21, &refused(Code::ResourceExhausted, "budget")),
+            (22, &|d| matches!(d, Decision::Closed { releases: 4 })),
+            (23, &refused(Code::FailedPrecondition, "closed")),
+        ];
+        for (i, check) in expect {
+            assert!(check(&decisions[i]), "{family:?} call {i}: {:?}", decisions[i]);
+        }
+        // Each release states the noise of the public bound at its centre and window:
+        // σ = τ·√n·2R(centre, window), whatever the rows hold.
+        let summaries = model.quadratic_summaries().unwrap();
+        let multiplier = 0.5 * (ROWS as f64).sqrt();
+        for (i, centre, window) in [
+            (2, [0.0, 0.0, 0.0], 2.0),
+            (15, [0.5, 1.0, -0.5], 0.0),
+            (16, [3.0, -4.0, 2.0], 0.0),
+        ] {
+            let Decision::Released { noise_variance, .. } = decisions[i] else {
+                panic!("{family:?} call {i}: {:?}", decisions[i])
+            };
+            let sigma = multiplier * 2.0 * summaries.row_bound(&centre, window);
+            let got = f64::from_bits(noise_variance);
+            assert!(
+                (got - sigma * sigma).abs() <= 1e-12 * got,
+                "{family:?} call {i}: {got} vs {}",
+                sigma * sigma
+            );
+        }
+    }
+}
+
+/// A party whose model has no summaries does not list the variant and refuses a plan for
+/// it, saying why.
+#[tokio::test]
+async fn a_model_without_summaries_refuses_the_variant() {
+    let spec = ModelSpec::flat_banana(2);
+    let model = spec.build().unwrap();
+    let rows = model.simulate(
+        &spec.true_theta(),
+        50,
+        &mut rand_chacha::ChaCha8Rng::seed_from_u64(3),
+    );
+    let mut subject = Subject::new(rows, &spec, budget());
+    let described = subject
+        .describe()
+        .await
+        .variants
+        .contains(&(pb::Variant::Summaries as i32));
+    assert!(!described);
+    let decision = subject
+        .call(&Call::Open(summaries_plan(3, tau(0.5))), &model.fingerprint())
+        .await;
+    assert!(
+        refused(Code::Unimplemented, "the banana model has no quadratic summaries")(&decision),
+        "{decision:?}"
+    );
+}
