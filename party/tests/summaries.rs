@@ -149,7 +149,11 @@ async fn summary_refusals_are_public_decisions_for_every_family() {
             (23, &refused(Code::FailedPrecondition, "closed")),
         ];
         for (i, check) in expect {
-            assert!(check(&decisions[i]), "{family:?} call {i}: {:?}", decisions[i]);
+            assert!(
+                check(&decisions[i]),
+                "{family:?} call {i}: {:?}",
+                decisions[i]
+            );
         }
         // Each release states the noise of the public bound at its centre and window:
         // σ = τ·√n·2R(centre, window), whatever the rows hold.
@@ -193,10 +197,16 @@ async fn a_model_without_summaries_refuses_the_variant() {
         .contains(&(pb::Variant::Summaries as i32));
     assert!(!described);
     let decision = subject
-        .call(&Call::Open(summaries_plan(3, tau(0.5))), &model.fingerprint())
+        .call(
+            &Call::Open(summaries_plan(3, tau(0.5))),
+            &model.fingerprint(),
+        )
         .await;
     assert!(
-        refused(Code::Unimplemented, "the banana model has no quadratic summaries")(&decision),
+        refused(
+            Code::Unimplemented,
+            "the banana model has no quadratic summaries"
+        )(&decision),
         "{decision:?}"
     );
 }
