@@ -1,8 +1,10 @@
 //! The calibration table of the `summaries` route: for each family, rows and ε, the share
 //! of 50 % and 90 % intervals (every coefficient, fresh data and noise each repetition)
-//! that cover the true θ, noise-aware and plug-in.
+//! that cover the true θ, noise-aware and plug-in. With `prior`, each repetition draws θ
+//! from the prior N(0, s²) (s = 1, 0.5 for the poisson family, whose counts must stay within
+//! their bound); with `fixed`, θ is the examples' (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed]
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
@@ -25,6 +27,11 @@ fn main() {
                     epsilon,
                     delta: 1e-5,
                     seed: 1,
+                    prior_sd: from_prior.then_some(if family == Family::Poisson {
+                        0.5
+                    } else {
+                        1.0
+                    }),
                 };
                 let ([a50, a90, p50, p90], n, conv) = coverage(config, reps);
                 println!(

@@ -18,6 +18,7 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
         epsilon: 1.0,
         delta: 1e-5,
         seed: 11,
+        prior_sd: Some(1.0),
     };
     let ([a50, a90, p50, p90], n, converged) = coverage(config, reps);
     eprintln!("aware {a50:.3} {a90:.3} plug-in {p50:.3} {p90:.3} over {n}, {converged} converged");

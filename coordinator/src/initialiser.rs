@@ -81,6 +81,8 @@ pub struct InitialiserSettings {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Initialised {
     pub settings: InitialiserSettings,
+    /// What it released and how it found the point, for the output's label.
+    pub method: String,
     /// The ascent's estimate of the posterior mode.
     pub point: Vec<f64>,
     /// Per coordinate, how widely the chains' starts are spread: twice the posterior sd
@@ -157,9 +159,73 @@ pub async fn run<P: PartyHandle>(
     let closed = federation.close().await?;
     let (point, scale) = ascent?;
     Ok(Initialised {
+        method: format!(
+            "{} noisy clipped-gradient releases of an ascent from the prior's mode, Barzilai–Borwein steps then Newton rounds on fitted Hessians (gradient clip {})",
+            settings.steps, settings.gradient_clip
+        ),
         settings,
         point,
         scale,
+        grants,
+        closed,
+    })
+}
+
+/// The initialiser of a model with summaries: the summaries route's releases at `share` of
+/// every party's remaining budget (its pilots and finals, `summaries::release`), and the
+/// chains' point the mode of the final summary's plug-in posterior, spread by twice its sds.
+/// It needs no gradient clip: each row is bounded by the model's public column bounds, not
+/// by the run's ratio clip (which a GLM's run may set to 1e6 to leave the clip to the
+/// model, and which made the climb's noise enormous).
+pub async fn from_summaries<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: &Arc<dyn Model>,
+    parties: &[PartyInfo],
+    settings: InitialiserSettings,
+) -> anyhow::Result<Initialised> {
+    settings.check().map_err(anyhow::Error::msg)?;
+    let schedule = crate::summaries::schedule(model.as_ref()).map_err(anyhow::Error::msg)?;
+    let releases = schedule.releases();
+    let plans = parties
+        .iter()
+        .map(|p| {
+            let mu = settings.share * p.mu_remaining;
+            if mu.is_nan() || mu <= 0.0 {
+                anyhow::bail!(
+                    "party {} has no budget left for the initialiser (ε = {:.4} of {} committed)",
+                    p.name,
+                    p.epsilon_committed,
+                    p.epsilon
+                );
+            }
+            let s = (releases as f64 / (2.0 * mu)).sqrt();
+            Ok(RunPlan {
+                variant: fedmcmc_party::node::SUMMARIES,
+                chains: 1,
+                steps_per_chain: releases,
+                clip: 0.0,
+                noise: NoiseChoice::Tau(s / (p.rows as f64).sqrt()),
+                batch_size: None,
+                barker_variance: None,
+                hmc: None,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let grants = federation.open(&plans, &model.fingerprint()).await?;
+    let released =
+        crate::summaries::release(federation, model, schedule, &crate::interrupt::Stop::new())
+            .await;
+    let closed = federation.close().await?;
+    let (release, line) = released?;
+    let (point, sds) = crate::summaries::plug_in(model.as_ref(), &release);
+    Ok(Initialised {
+        method: format!("the summaries route's releases: {line}"),
+        settings: InitialiserSettings {
+            steps: releases,
+            ..settings
+        },
+        point,
+        scale: sds.iter().map(|s| SPREAD * s).collect(),
         grants,
         closed,
     })

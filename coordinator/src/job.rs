@@ -22,6 +22,7 @@ use crate::output;
 use crate::planning;
 use crate::sampler::{self, ChainTrace, Progress, SamplerConfig};
 use crate::variant::Variant;
+use fedmcmc_party::node::SUMMARIES;
 
 /// What the analyst chose; `None` for iterations or τ lets planning decide.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,7 +169,17 @@ pub async fn run<P: PartyHandle>(
             if stop.is_requested() {
                 anyhow::bail!("stopped before any run was opened; nothing was released");
             }
-            let done = initialiser::run(&federation, &model, &parties, init).await?;
+            // A model with summaries starts from them: a few releases whose rows the model's
+            // public bounds bound, where the climb's noise follows the gradient clip.
+            let summaries = SUMMARIES;
+            let done = if parties
+                .iter()
+                .all(|p| p.variants.iter().any(|v| v == summaries))
+            {
+                initialiser::from_summaries(&federation, &model, &parties, init).await?
+            } else {
+                initialiser::run(&federation, &model, &parties, init).await?
+            };
             let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
             rng.set_stream(INIT_STREAM);
             let inits = Inits {
@@ -290,9 +301,8 @@ fn initialiser_label(init: &Initialised) -> String {
         .map(|c| format!("{:.4}", c.run_epsilon))
         .collect();
     format!(
-        "private initialiser: {} noisy clipped-gradient releases of an ascent from the prior's mode, Barzilai–Borwein steps then Newton rounds on fitted Hessians (gradient clip {}), {:.0}% of each party's remaining budget (ε = {} per party); chains start at its point {:?} + N(0, diag({:?})²), twice the fitted posterior sds",
-        init.settings.steps,
-        init.settings.gradient_clip,
+        "private initialiser: {}, {:.0}% of each party's remaining budget (ε = {} per party); chains start at its point {:?} + N(0, diag({:?})²), twice the fitted posterior sds",
+        init.method,
         100.0 * init.settings.share,
         epsilons.join(", "),
         init.point,

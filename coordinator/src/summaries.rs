@@ -183,7 +183,7 @@ pub async fn run<P: PartyHandle>(
 
 /// Makes the schedule's releases, in order, as one chain of the open run: the final summary
 /// averaged, and one line saying where each release was centred.
-async fn release<P: PartyHandle>(
+pub(crate) async fn release<P: PartyHandle>(
     federation: &Federation<P>,
     model: &Arc<dyn Model>,
     schedule: Schedule,
@@ -231,21 +231,32 @@ async fn release<P: PartyHandle>(
     Ok((release, line))
 }
 
-/// One start per chain: the plug-in mode with θ spread by twice the plug-in posterior's sds
-/// (the diagonal of Â⁻¹, Â made positive definite), from the job's seeded stream.
+/// The plug-in posterior's mode and sds of a summary: the Newton step on it with the
+/// prior, and the square roots of the diagonal of Â⁻¹ (Â made positive definite). Where
+/// chains start.
+pub(crate) fn plug_in(model: &dyn Model, release: &Release) -> (Vec<f64>, Vec<f64>) {
+    let d = release.dim();
+    let a = nalgebra::DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
+    let floor = release.noise_variance.sqrt().max(1e-12);
+    let pd = fedmcmc_common::noise_aware::quadratic::positive_definite(&a, floor);
+    let sds = match pd.try_inverse() {
+        Some(inv) => (0..d).map(|i| inv[(i, i)].sqrt()).collect(),
+        None => vec![0.0; d],
+    };
+    (
+        fedmcmc_common::noise_aware::quadratic::newton_step(model, release),
+        sds,
+    )
+}
+
+/// One start per chain: the plug-in mode with θ spread by twice the plug-in posterior's sds,
+/// from the job's seeded stream.
 fn dispersed(
     posterior: &QuadraticPosterior,
     release: &Release,
     settings: &JobSettings,
 ) -> Vec<Vec<f64>> {
-    let d = release.dim();
-    let a = nalgebra::DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
-    let floor = release.noise_variance.sqrt().max(1e-12);
-    let pd = fedmcmc_common::noise_aware::quadratic::positive_definite(&a, floor);
-    let sds: Vec<f64> = match pd.try_inverse() {
-        Some(inv) => (0..d).map(|i| inv[(i, i)].sqrt()).collect(),
-        None => vec![0.0; d],
-    };
+    let (_, sds) = plug_in(posterior.model(), release);
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     rng.set_stream(INIT_STREAM);
     let centre = posterior.initial();

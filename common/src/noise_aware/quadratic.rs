@@ -124,6 +124,10 @@ impl QuadraticPosterior {
         self.release.dim()
     }
 
+    pub fn model(&self) -> &dyn Model {
+        self.model.as_ref()
+    }
+
     /// θ of a point of the sampler's space.
     pub fn theta<'a>(&self, x: &'a [f64]) -> &'a [f64] {
         &x[..self.d()]
