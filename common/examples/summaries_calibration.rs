@@ -15,6 +15,7 @@ fn main() {
     let reps: u64 = std::env::args()
         .nth(1)
         .map_or(100, |a| a.parse().expect("reps"));
+    let from_prior = std::env::args().nth(2).is_none_or(|a| a == "prior");
     println!("family    d  rows    eps   aware50 aware90 plug50 plug90 intervals converged");
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
         for (dim, rows) in [(3, 2_000), (5, 20_000), (6, 100_000)] {

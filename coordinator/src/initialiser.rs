@@ -119,6 +119,18 @@ impl InitialiserSettings {
     /// left, so party i's multiplier is s = √(steps / (2·share·μᵢ)) and its τ = s/√nᵢ.
     pub fn plans(&self, parties: &[PartyInfo]) -> Result<Vec<RunPlan>, String> {
         self.check()?;
+        self.share_of(parties, INITIALISER, self.steps, self.gradient_clip)
+    }
+
+    /// Each party's plan of `releases` releases of `variant` (with `clip`) whose μ is `share`
+    /// of what the party has left.
+    fn share_of(
+        &self,
+        parties: &[PartyInfo],
+        variant: &'static str,
+        releases: u64,
+        clip: f64,
+    ) -> Result<Vec<RunPlan>, String> {
         parties
             .iter()
             .map(|p| {
@@ -129,12 +141,12 @@ impl InitialiserSettings {
                         p.name, p.epsilon_committed, p.epsilon
                     ));
                 }
-                let s = (self.steps as f64 / (2.0 * mu)).sqrt();
+                let s = (releases as f64 / (2.0 * mu)).sqrt();
                 Ok(RunPlan {
-                    variant: INITIALISER,
+                    variant,
                     chains: 1,
-                    steps_per_chain: self.steps,
-                    clip: self.gradient_clip,
+                    steps_per_chain: releases,
+                    clip,
                     noise: NoiseChoice::Tau(s / (p.rows as f64).sqrt()),
                     batch_size: None,
                     barker_variance: None,
@@ -186,31 +198,9 @@ pub async fn from_summaries<P: PartyHandle>(
     settings.check().map_err(anyhow::Error::msg)?;
     let schedule = crate::summaries::schedule(model.as_ref()).map_err(anyhow::Error::msg)?;
     let releases = schedule.releases();
-    let plans = parties
-        .iter()
-        .map(|p| {
-            let mu = settings.share * p.mu_remaining;
-            if mu.is_nan() || mu <= 0.0 {
-                anyhow::bail!(
-                    "party {} has no budget left for the initialiser (ε = {:.4} of {} committed)",
-                    p.name,
-                    p.epsilon_committed,
-                    p.epsilon
-                );
-            }
-            let s = (releases as f64 / (2.0 * mu)).sqrt();
-            Ok(RunPlan {
-                variant: fedmcmc_party::node::SUMMARIES,
-                chains: 1,
-                steps_per_chain: releases,
-                clip: 0.0,
-                noise: NoiseChoice::Tau(s / (p.rows as f64).sqrt()),
-                batch_size: None,
-                barker_variance: None,
-                hmc: None,
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let plans = settings
+        .share_of(parties, fedmcmc_party::node::SUMMARIES, releases, 0.0)
+        .map_err(anyhow::Error::msg)?;
     let grants = federation.open(&plans, &model.fingerprint()).await?;
     let released =
         crate::summaries::release(federation, model, schedule, &crate::interrupt::Stop::new())

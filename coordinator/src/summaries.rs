@@ -221,11 +221,12 @@ pub(crate) async fn release<P: PartyHandle>(
         .map(|p| format!("at {:?} (window {})", p.centre, p.window))
         .collect();
     let line = format!(
-        "{} pilot release(s) {}; {} final release(s) at {:?} averaged, noise variance {:e} per entry",
-        schedule.pilots,
+        "{} pilot release(s) {}; {} final release(s) at {:?} (window {:.3}) averaged, noise variance {:e} per entry",
+        pilots.len(),
         pilots.join(", "),
-        schedule.finals,
+        schedule.releases() - pilots.len() as u64,
         release.centre,
+        rounds.final_window(),
         release.noise_variance
     );
     Ok((release, line))

@@ -92,12 +92,21 @@ impl Federated {
         .await
     }
 
-    /// Nothing opened, reserved or spent on any party.
-    fn untouched(&self) {
+    /// Runs a job that must be refused, checks that nothing was opened, reserved or spent
+    /// on any party, and returns the refusal.
+    async fn refused(&self, settings: &JobSettings) -> String {
+        let start = private_start(self.model.as_ref(), 2.0);
+        let err = self
+            .run(settings, start)
+            .await
+            .err()
+            .expect("refused")
+            .to_string();
         for node in &self.nodes {
             let d = PartyNode::describe(node);
-            assert_eq!((d.open_runs, d.epsilon_committed), (0, 0.0));
+            assert_eq!((d.open_runs, d.epsilon_committed), (0, 0.0), "{err}");
         }
+        err
     }
 }
 
@@ -233,34 +242,19 @@ async fn a_variant_the_parties_do_not_serve_is_refused_before_the_initialiser_sp
     .unwrap();
     let mut s = settings(variant, Some(0.1));
     s.clip = 1e6;
-    let err = f
-        .run(&s, private_start(f.model.as_ref(), 2.0))
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = f.refused(&s).await;
     assert!(
         err.contains("does not serve the sufficient-statistics variant"),
         "{err}"
     );
-    f.untouched();
     // The banana has no summaries: the route is refused the same way.
     let spec = ModelSpec::flat_banana(2);
     let f = federated(&spec, 600, 3.0, 4);
-    let err = f
-        .run(
-            &settings(Variant::Summaries, None),
-            private_start(f.model.as_ref(), 2.0),
-        )
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = f.refused(&settings(Variant::Summaries, None)).await;
     assert!(
         err.contains("does not serve the summaries variant"),
         "{err}"
     );
-    f.untouched();
 }
 
 #[tokio::test]
@@ -272,12 +266,6 @@ async fn a_plan_too_short_after_the_initialiser_is_refused_before_it_spends() {
     let mut s = settings(Variant::Penalty, Some(0.1));
     s.clip = 2.0;
     s.proposal_sd = 0.008;
-    let err = f
-        .run(&s, private_start(f.model.as_ref(), 2.0))
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = f.refused(&s).await;
     assert!(err.contains("draws are needed to split chains"), "{err}");
-    f.untouched();
 }

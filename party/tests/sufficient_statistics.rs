@@ -6,7 +6,7 @@
 mod contract;
 
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, step_as,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, refused, step_as,
     sufficient_plan, tau,
 };
 use fedmcmc_common::accountant::{Choice, Method};
@@ -71,10 +71,6 @@ fn battery() -> Vec<Call> {
         Call::Close(RunRef::Slot(0)),
         sufficient(0, StepAt::Next),
     ]
-}
-
-fn refused(code: Code, contains: &str) -> impl Fn(&Decision) -> bool + '_ {
-    move |d| matches!(d, Decision::Refused { code: c, message } if *c == code && message.contains(contains))
 }
 
 #[tokio::test]

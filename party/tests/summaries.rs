@@ -6,7 +6,7 @@
 mod contract;
 
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, step_as,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, refused, step_as,
     summaries_plan, tau,
 };
 use fedmcmc_common::accountant::{Choice, Method};
@@ -83,10 +83,6 @@ fn battery() -> Vec<Call> {
         Call::Close(RunRef::Slot(0)),
         summary(0, StepAt::Next, &centre, 0.0),
     ]
-}
-
-fn refused(code: Code, contains: &str) -> impl Fn(&Decision) -> bool + '_ {
-    move |d| matches!(d, Decision::Refused { code: c, message } if *c == code && message.contains(contains))
 }
 
 #[tokio::test]

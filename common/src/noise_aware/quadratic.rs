@@ -44,6 +44,38 @@ impl Release {
         self.centre.len()
     }
 
+    /// The approximate posterior covariance of θ given this summary: with Â made positive
+    /// definite, Â⁻¹(Â + σ²I)Â⁻¹ = Â⁻¹ + σ²Â⁻², the sampling spread of the score plus its
+    /// noise carried through the Newton step (ignoring the prior and A's own noise).
+    fn covariance(&self) -> Option<DMatrix<f64>> {
+        let inv = positive_definite(&self.a_matrix(), floor_of(self)).try_inverse()?;
+        Some(&inv + &inv * &inv * self.noise_variance)
+    }
+
+    /// √(ΔᵀC⁻¹Δ) for Δ = `to` − centre and C the [`Release::covariance`]: about how many
+    /// posterior sds apart the two points are.
+    pub fn step_length(&self, to: &[f64]) -> f64 {
+        let Some(c) = self.covariance().and_then(|c| c.try_inverse()) else {
+            return f64::INFINITY;
+        };
+        let delta = DVector::from_fn(self.dim(), |i, _| to[i] - self.centre[i]);
+        delta.dot(&(&c * &delta)).sqrt()
+    }
+
+    /// A bound on the sd of a row's linear predictor x̃ᵀθ under N(·, C), C the
+    /// [`Release::covariance`], over the covariates' box |x̃ₐ| ≤ mₐ: √(Σₐᵦ mₐ m_b |Cₐᵦ|).
+    pub fn predictor_sd(&self, m: &[f64]) -> f64 {
+        let Some(c) = self.covariance() else {
+            return f64::INFINITY;
+        };
+        let d = self.dim();
+        (0..d)
+            .flat_map(|i| (0..d).map(move |j| (i, j)))
+            .map(|(i, j)| m[i] * m[j] * c[(i, j)].abs())
+            .sum::<f64>()
+            .sqrt()
+    }
+
     fn a_matrix(&self) -> DMatrix<f64> {
         let d = self.dim();
         DMatrix::from_fn(d, d, |i, j| self.a[i][j])

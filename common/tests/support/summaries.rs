@@ -100,7 +100,10 @@ pub fn run(config: Config) -> Outcome {
         spec.prior_sd = vec![sd];
         spec.true_theta = Some(
             (0..config.dim)
-                .map(|_| sd * StandardNormal.sample(&mut rng) as f64)
+                .map(|_| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    sd * z
+                })
                 .collect(),
         );
     }

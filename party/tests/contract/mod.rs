@@ -452,6 +452,11 @@ pub fn sufficient_plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> p
     }
 }
 
+/// Whether a decision is a refusal with `code` whose message holds `contains`.
+pub fn refused(code: Code, contains: &str) -> impl Fn(&Decision) -> bool + '_ {
+    move |d| matches!(d, Decision::Refused { code: c, message } if *c == code && message.contains(contains))
+}
+
 /// A summaries plan: one chain of `steps` releases; the clip is unset (the model's column
 /// bounds give the sensitivity).
 pub fn summaries_plan(steps: u64, noise: pb::run_plan::Noise) -> pb::RunPlan {
