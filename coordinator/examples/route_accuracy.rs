@@ -142,6 +142,9 @@ async fn main() {
                         .await;
                         match (variant, result) {
                             (Variant::Summaries, Ok(r)) => {
+                                converged += usize::from(r.comments.iter().any(|(k, v)| {
+                                    k == "convergence" && !v.contains("NOT converged")
+                                }));
                                 summ.push(error(&means(&r, dim), &exact))
                             }
                             (_, Ok(r)) => {

@@ -4,8 +4,10 @@
 //! - `store`: loading and validating the private rows (SQLite or CSV).
 //! - `ledger`: the durable record of every reservation and release.
 //! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan.
-//! - `node`: the run lifecycle; `release`: the one path by which anything leaves;
-//!   `statistics`: what each kind of query computes from the rows.
+//! - `node`: the run lifecycle (`runs`: the runs it holds; `noise`: its generator);
+//!   `variants`: the variants it serves and the mechanism each release is; `release`: the
+//!   one path by which anything leaves; `statistics`: what each kind of query computes from
+//!   the rows.
 //! - `service`: the gRPC mapping and authentication.
 //! - `cli`: the `party` command line, for the built-in models or a model written in Rust.
 use std::sync::Arc;
@@ -18,11 +20,14 @@ pub mod config;
 pub mod error;
 pub mod ledger;
 pub mod node;
+mod noise;
 pub mod release;
+mod runs;
 pub mod service;
 pub mod statistics;
 pub mod store;
 pub mod tls;
+pub mod variants;
 
 pub use node::PartyNode;
 

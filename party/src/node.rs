@@ -2,7 +2,7 @@
 //! that closes runs their coordinator abandoned). The per-step release path is in
 //! `release.rs`; the gRPC mapping in `service.rs`.
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -10,290 +10,18 @@ use fedmcmc_common::accountant::{Composition, MechanismKind, Release};
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
-use rand::SeedableRng;
-use rand_chacha::ChaCha20Rng;
 
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
 use crate::error::PartyError;
-use crate::ledger::{
-    ClosedBy, ClosedCharge, ClosedRuns, HmcTerms, Ledger, ReleaseRecord, RunRecord, RunTerms,
-};
+use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, HmcTerms, Ledger, RunRecord, RunTerms};
+use crate::noise::NoiseSource;
+use crate::runs::{RunState, Runs, closed_releases, recorded_release, reservation};
 use crate::statistics::minibatch::barker_noise_multiplier;
-
-/// Variants this party serves (the wire names of `fedmcmc.v1.Variant`).
-pub const FULL_PENALTY: &str = "full-penalty";
-pub const MINIBATCH_PENALTY: &str = "minibatch-penalty";
-pub const BARKER: &str = "barker";
-pub const HMC: &str = "hmc";
-pub const INITIALISER: &str = "initialiser";
-pub const SUFFICIENT_STATISTICS: &str = "sufficient-statistics";
-pub const SUMMARIES: &str = "summaries";
-
-/// The variants a party serves under its neighbour relation: the minibatch ones rest on
-/// substitute-neighbour bounds (Räisä 2020, Lemma 3.4, Thms 3.3, 3.5); the full-data ones
-/// are clipped sums, whose sensitivity each relation bounds. `sufficient-statistics` and
-/// `summaries` need a model that has them ([`PartyNode`] lists them only then).
-pub fn variants_served(neighbours: Neighbours) -> &'static [&'static str] {
-    match neighbours {
-        Neighbours::Substitute => &[
-            FULL_PENALTY,
-            MINIBATCH_PENALTY,
-            BARKER,
-            HMC,
-            INITIALISER,
-            SUFFICIENT_STATISTICS,
-            SUMMARIES,
-        ],
-        Neighbours::AddRemove => &[
-            FULL_PENALTY,
-            HMC,
-            INITIALISER,
-            SUFFICIENT_STATISTICS,
-            SUMMARIES,
-        ],
-    }
-}
-
-/// The mechanism a variant's releases are, as the accountant composes them, or why it has
-/// none. The one place a variant maps to a [`MechanismKind`].
-pub fn mechanism_of(
-    variant: &str,
-    batch: Option<u64>,
-    population: Option<u64>,
-) -> Result<MechanismKind, String> {
-    let kind = match (variant, batch, population) {
-        // Σ clip(r_x) over all rows plus Gaussian noise (Yıldırım & Ermiş 2019, Alg. 2), and
-        // the clipped gradient sums of DP HMC and the initialiser: each release a Gaussian
-        // mechanism, composed heterogeneously (Räisä 2020, Thm 4.3); and the sufficient
-        // statistics' sum over all rows (Yıldırım & Ermiş 2019, Alg. 3) and the summaries
-        // route's quadratic summaries, each a Gaussian mechanism on a vector.
-        (FULL_PENALTY | HMC | INITIALISER | SUFFICIENT_STATISTICS | SUMMARIES, None, None) => {
-            MechanismKind::Gaussian
-        }
-        // A Gaussian release on a batch drawn without replacement (Räisä 2020, Thm 3.5).
-        (MINIBATCH_PENALTY, Some(batch), Some(population)) => {
-            MechanismKind::BatchGaussian { batch, population }
-        }
-        // One DP Barker iteration (Räisä 2020, Thm 3.3).
-        (BARKER, Some(batch), Some(population)) => MechanismKind::DpBarker { batch, population },
-        (
-            FULL_PENALTY
-            | MINIBATCH_PENALTY
-            | BARKER
-            | HMC
-            | INITIALISER
-            | SUFFICIENT_STATISTICS
-            | SUMMARIES,
-            ..,
-        ) => {
-            return Err(format!(
-                "a {variant} run with a batch of {batch:?} out of {population:?}"
-            ));
-        }
-        _ => return Err(format!("the unknown variant {variant:?}")),
-    };
-    Ok(kind)
-}
-
-/// Noise multipliers s = τ·√n a requested τ may give. Below, one release's privacy loss
-/// μ = 1/(2s²) is beyond any budget and overflows the accountant for tiny τ; above, the noise
-/// is pointless and its variance overflows. (Calibration searches inside this range.)
-pub const NOISE_MULTIPLIERS: (f64, f64) = (1e-9, 1e12);
-
-/// Where the noise comes from: ChaCha20 seeded from the operating system, never from a
-/// caller. Only test builds (and the `seeded-noise` feature, which in-process statistical
-/// tests of the sampler enable and a served party never has) may seed it instead, so those
-/// tests are reproducible.
-#[allow(clippy::large_enum_variant)] // one per node: its size does not matter
-pub(crate) enum NoiseSource {
-    Os(Mutex<ChaCha20Rng>),
-    /// Each release's noise from its own stream, keyed by (seed, chain, step): the same for
-    /// every schedule of concurrent chains. Predictable by design: tests only.
-    #[cfg(any(test, feature = "seeded-noise"))]
-    Keyed(u64),
-}
-
-impl NoiseSource {
-    fn from_os() -> Result<Self, PartyError> {
-        let rng = ChaCha20Rng::try_from_rng(&mut rand::rngs::SysRng).map_err(|e| {
-            PartyError::FailedPrecondition(format!("the OS random source failed: {e}"))
-        })?;
-        Ok(NoiseSource::Os(Mutex::new(rng)))
-    }
-
-    #[cfg(any(test, feature = "seeded-noise"))]
-    pub(crate) fn seeded(seed: u64) -> Self {
-        NoiseSource::Keyed(seed)
-    }
-
-    /// The generator for the release of `chain`'s `step`: for OS noise a fresh ChaCha20
-    /// seeded from the node's, so releases draw their batches and noise without holding a
-    /// lock while they read rows.
-    #[cfg_attr(
-        not(any(test, feature = "seeded-noise")),
-        allow(unused_variables) // the key selects a stream only for seeded noise
-    )]
-    pub(crate) fn fork(&self, chain: u32, step: u64) -> ChaCha20Rng {
-        match self {
-            NoiseSource::Os(rng) => {
-                ChaCha20Rng::from_rng(&mut *rng.lock().expect("noise source lock"))
-            }
-            #[cfg(any(test, feature = "seeded-noise"))]
-            NoiseSource::Keyed(seed) => {
-                let mut rng = ChaCha20Rng::seed_from_u64(*seed);
-                rng.set_stream(u64::from(chain));
-                rng.set_word_pos(u128::from(step) << 32);
-                rng
-            }
-        }
-    }
-}
-
-/// Where one chain of a run stands: the next step it may ask for and the last answer given.
-pub(crate) struct ChainState {
-    pub next_step: u64,
-    pub last: Option<ReleaseRecord>,
-}
-
-pub(crate) struct RunState {
-    pub terms: RunTerms,
-    /// What the accountant composes for each release of this run.
-    pub mechanism: MechanismKind,
-    pub closed: AtomicBool,
-    /// Releases committed to the ledger so far.
-    pub released: AtomicU64,
-    pub chains: Vec<tokio::sync::Mutex<ChainState>>,
-    /// When the run was last looked up (a step, a close): the lease counts from here.
-    last_active: Mutex<Instant>,
-}
-
-/// The mechanism of `count` releases of `variant` (with its batch, if any) at
-/// `noise_multiplier`, or why the ledger's record of them (written by another version, or
-/// edited) cannot be accounted for.
-fn recorded_release(
-    what: &str,
-    variant: &str,
-    (batch, population): (Option<u64>, Option<u64>),
-    noise_multiplier: f64,
-    count: u64,
-) -> Result<MechanismKind, PartyError> {
-    let bad = |why: String| {
-        PartyError::FailedPrecondition(format!(
-            "the ledger records {what} with {why}; this party cannot account for it"
-        ))
-    };
-    let mechanism = mechanism_of(variant, batch, population).map_err(bad)?;
-    Release {
-        mechanism,
-        noise_multiplier,
-        count: count as f64,
-    }
-    .validate()
-    .map_err(|e| bad(e.to_string()))?;
-    Ok(mechanism)
-}
-
-impl RunState {
-    /// Refuses a run whose variant or noise the accountant could not compose.
-    fn from_record(record: RunRecord, now: Instant) -> Result<Self, PartyError> {
-        let mechanism = recorded_release(
-            &format!("run {}", record.run_id),
-            &record.terms.variant,
-            (record.terms.batch_size, record.terms.population),
-            record.terms.noise_multiplier,
-            record.terms.planned_releases,
-        )?;
-        if let Some(h) = record.terms.hmc {
-            let (units, s) = reservation(&record.terms);
-            for (multiplier, count) in [(h.gradient_multiplier, 1), (s, units)] {
-                recorded_release(
-                    &format!("run {}", record.run_id),
-                    &record.terms.variant,
-                    (None, None),
-                    multiplier,
-                    count,
-                )?;
-            }
-        }
-        Ok(RunState {
-            mechanism,
-            closed: AtomicBool::new(false),
-            released: AtomicU64::new(record.released),
-            last_active: Mutex::new(now),
-            chains: record
-                .last
-                .into_iter()
-                .map(|last| {
-                    tokio::sync::Mutex::new(ChainState {
-                        next_step: last.as_ref().map_or(0, |r| r.step + 1),
-                        last,
-                    })
-                })
-                .collect(),
-            terms: record.terms,
-        })
-    }
-
-    fn touch(&self, now: Instant) {
-        *self.last_active.lock().expect("lease lock") = now;
-    }
-
-    fn idle_since(&self) -> Instant {
-        *self.last_active.lock().expect("lease lock")
-    }
-
-    /// What this run is charged while open: its whole plan (a DP HMC run's, which stays
-    /// reserved until its close completes).
-    fn charged(&self) -> Release {
-        let (count, noise_multiplier) = match self.terms.hmc {
-            Some(_) => reservation(&self.terms),
-            None if self.closed.load(Ordering::SeqCst) => (
-                self.released.load(Ordering::SeqCst),
-                self.terms.noise_multiplier,
-            ),
-            None => (self.terms.planned_releases, self.terms.noise_multiplier),
-        };
-        Release {
-            mechanism: self.mechanism,
-            noise_multiplier,
-            count: count as f64,
-        }
-    }
-
-    /// What a closed run released, by noise multiplier, given each chain's steps: a DP HMC
-    /// chain's steps are its iterations' L + 1 gradients and one ratio each, in order.
-    fn released_by_multiplier(&self, steps: &[u64]) -> Vec<(f64, u64)> {
-        let released = self.released.load(Ordering::SeqCst);
-        match self.terms.hmc {
-            Some(h) => {
-                let per = self.terms.releases_per_iteration();
-                let ratios: u64 = steps.iter().map(|s| s / per).sum();
-                vec![
-                    (self.terms.noise_multiplier, ratios),
-                    (h.gradient_multiplier, released - ratios),
-                ]
-            }
-            None => vec![(self.terms.noise_multiplier, released)],
-        }
-    }
-}
-
-/// A DP HMC run's plan as the accountant reserves it: each iteration's ratio release at
-/// multiplier s_l and L + 1 gradient releases at s_g compose exactly as one Gaussian release
-/// at s with 1/s² = 1/s_l² + (L + 1)/s_g² (their privacy-loss distributions are Gaussian and
-/// add, Räisä 2020, Thm 4.3; Rényi divergences add alike), one per planned iteration. Other
-/// runs reserve their planned releases at their multiplier.
-fn reservation(terms: &RunTerms) -> (u64, f64) {
-    match terms.hmc {
-        Some(h) => {
-            let gradients = (h.leapfrog_steps as f64 + 1.0) / h.gradient_multiplier.powi(2);
-            let s = (terms.noise_multiplier.powi(-2) + gradients).sqrt().recip();
-            (terms.planned_releases / terms.releases_per_iteration(), s)
-        }
-        None => (terms.planned_releases, terms.noise_multiplier),
-    }
-}
+pub use crate::variants::{
+    BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
+    SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
+};
 
 /// The public facts of `Describe`.
 #[derive(Clone, Debug)]
@@ -384,64 +112,6 @@ pub struct Closed {
     pub epsilon_committed: f64,
 }
 
-/// A closed run's releases, summed with those of every closed run of the same variant,
-/// noise multiplier and batch.
-struct Charge {
-    variant: String,
-    mechanism: MechanismKind,
-    noise_multiplier: f64,
-    releases: u64,
-}
-
-/// The batch and population of a mechanism, for ordering charges.
-fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
-    match mechanism {
-        MechanismKind::BatchGaussian { batch, population }
-        | MechanismKind::DpBarker { batch, population } => (batch, population),
-        MechanismKind::Gaussian | MechanismKind::PoissonGaussian { .. } => (0, 0),
-    }
-}
-
-/// The runs a node knows. Open runs keep their chains; closed runs keep only their id (so a
-/// late step hears "closed", not "unknown") and their releases folded into `charges`.
-#[derive(Default)]
-pub(crate) struct Runs {
-    open: HashMap<String, Arc<RunState>>,
-    closed: HashMap<String, ClosedBy>,
-    /// What CloseRun answered for each run it closed since this node started: a repeated
-    /// CloseRun (a retry whose first answer was lost, a resumed coordinator) gets the same
-    /// answer, as a repeated step does.
-    close_answers: HashMap<String, Closed>,
-    /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
-    /// order whether they were folded as runs closed or read back at start.
-    charges: Vec<Charge>,
-}
-
-impl Runs {
-    fn charge(&mut self, variant: &str, mechanism: MechanismKind, noise_multiplier: f64, n: u64) {
-        if n == 0 {
-            return;
-        }
-        let cmp = |c: &Charge| {
-            (c.variant.as_str().cmp(variant))
-                .then(c.noise_multiplier.total_cmp(&noise_multiplier))
-                .then(batch_of(c.mechanism).cmp(&batch_of(mechanism)))
-        };
-        match self.charges.binary_search_by(cmp) {
-            Ok(i) => self.charges[i].releases += n,
-            Err(i) => self.charges.insert(
-                i,
-                Charge {
-                    variant: variant.to_string(),
-                    mechanism,
-                    noise_multiplier,
-                    releases: n,
-                },
-            ),
-        }
-    }
-}
-
 pub struct PartyNode {
     pub(crate) name: String,
     pub(crate) model: Arc<dyn Model>,
@@ -457,15 +127,6 @@ pub struct PartyNode {
     limits: RunLimits,
     /// Serialises OpenRun and CloseRun so admission sees a consistent total.
     admission: tokio::sync::Mutex<()>,
-}
-
-/// The closed runs' charges as releases for the accountant.
-fn closed_releases(runs: &Runs) -> impl Iterator<Item = Release> + '_ {
-    runs.charges.iter().map(|c| Release {
-        mechanism: c.mechanism,
-        noise_multiplier: c.noise_multiplier,
-        count: c.releases as f64,
-    })
 }
 
 impl PartyNode {

@@ -41,7 +41,8 @@ use fedmcmc_common::mechanism::GaussianMechanism;
 
 use crate::error::PartyError;
 use crate::ledger::ReleaseRecord;
-use crate::node::{ChainState, PartyNode};
+use crate::node::PartyNode;
+use crate::runs::ChainState;
 use crate::statistics::{Public, Query};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
@@ -291,7 +292,8 @@ mod tests {
     use crate::budget::{Budget, NoiseRequest};
     use crate::config::BudgetConfig;
     use crate::ledger::Ledger;
-    use crate::node::{NoiseSource, Plan};
+    use crate::node::Plan;
+    use crate::noise::NoiseSource;
 
     /// T·Σ_x clip(r_x, b) over the rows, r_x the untempered ratio, straight from the model's
     /// per-row log-likelihood (which is tempered: T·ℓ), not through the hot loop.

@@ -34,20 +34,13 @@ pub struct Config {
 /// One parameter's posterior as the intervals see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Marginal {
-    pub mean: f64,
-    pub sd: f64,
     /// The 5 %, 25 %, 75 % and 95 % quantiles.
     pub q: [f64; 4],
 }
 
 impl Marginal {
     fn of(draws: &[f64]) -> Self {
-        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
-        let sd =
-            (draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / draws.len() as f64).sqrt();
         Marginal {
-            mean,
-            sd,
             q: [0.05, 0.25, 0.75, 0.95].map(|p| quantile(draws, p)),
         }
     }

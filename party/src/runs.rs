@@ -1,0 +1,231 @@
+//! The runs a node holds: each open run's terms and chains, and the closed runs' charges
+//! folded by mechanism, as the accountant composes them.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use fedmcmc_common::accountant::{MechanismKind, Release};
+
+use crate::error::PartyError;
+use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
+use crate::node::Closed;
+use crate::variants::mechanism_of;
+
+/// Where one chain of a run stands: the next step it may ask for and the last answer given.
+pub(crate) struct ChainState {
+    pub next_step: u64,
+    pub last: Option<ReleaseRecord>,
+}
+
+pub(crate) struct RunState {
+    pub terms: RunTerms,
+    /// What the accountant composes for each release of this run.
+    pub mechanism: MechanismKind,
+    pub closed: AtomicBool,
+    /// Releases committed to the ledger so far.
+    pub released: AtomicU64,
+    pub chains: Vec<tokio::sync::Mutex<ChainState>>,
+    /// When the run was last looked up (a step, a close): the lease counts from here.
+    pub(crate) last_active: Mutex<Instant>,
+}
+
+/// The mechanism of `count` releases of `variant` (with its batch, if any) at
+/// `noise_multiplier`, or why the ledger's record of them (written by another version, or
+/// edited) cannot be accounted for.
+pub(crate) fn recorded_release(
+    what: &str,
+    variant: &str,
+    (batch, population): (Option<u64>, Option<u64>),
+    noise_multiplier: f64,
+    count: u64,
+) -> Result<MechanismKind, PartyError> {
+    let bad = |why: String| {
+        PartyError::FailedPrecondition(format!(
+            "the ledger records {what} with {why}; this party cannot account for it"
+        ))
+    };
+    let mechanism = mechanism_of(variant, batch, population).map_err(bad)?;
+    Release {
+        mechanism,
+        noise_multiplier,
+        count: count as f64,
+    }
+    .validate()
+    .map_err(|e| bad(e.to_string()))?;
+    Ok(mechanism)
+}
+
+impl RunState {
+    /// Refuses a run whose variant or noise the accountant could not compose.
+    pub(crate) fn from_record(record: RunRecord, now: Instant) -> Result<Self, PartyError> {
+        let mechanism = recorded_release(
+            &format!("run {}", record.run_id),
+            &record.terms.variant,
+            (record.terms.batch_size, record.terms.population),
+            record.terms.noise_multiplier,
+            record.terms.planned_releases,
+        )?;
+        if let Some(h) = record.terms.hmc {
+            let (units, s) = reservation(&record.terms);
+            for (multiplier, count) in [(h.gradient_multiplier, 1), (s, units)] {
+                recorded_release(
+                    &format!("run {}", record.run_id),
+                    &record.terms.variant,
+                    (None, None),
+                    multiplier,
+                    count,
+                )?;
+            }
+        }
+        Ok(RunState {
+            mechanism,
+            closed: AtomicBool::new(false),
+            released: AtomicU64::new(record.released),
+            last_active: Mutex::new(now),
+            chains: record
+                .last
+                .into_iter()
+                .map(|last| {
+                    tokio::sync::Mutex::new(ChainState {
+                        next_step: last.as_ref().map_or(0, |r| r.step + 1),
+                        last,
+                    })
+                })
+                .collect(),
+            terms: record.terms,
+        })
+    }
+
+    pub(crate) fn touch(&self, now: Instant) {
+        *self.last_active.lock().expect("lease lock") = now;
+    }
+
+    pub(crate) fn idle_since(&self) -> Instant {
+        *self.last_active.lock().expect("lease lock")
+    }
+
+    /// What this run is charged while open: its whole plan (a DP HMC run's, which stays
+    /// reserved until its close completes).
+    pub(crate) fn charged(&self) -> Release {
+        let (count, noise_multiplier) = match self.terms.hmc {
+            Some(_) => reservation(&self.terms),
+            None if self.closed.load(Ordering::SeqCst) => (
+                self.released.load(Ordering::SeqCst),
+                self.terms.noise_multiplier,
+            ),
+            None => (self.terms.planned_releases, self.terms.noise_multiplier),
+        };
+        Release {
+            mechanism: self.mechanism,
+            noise_multiplier,
+            count: count as f64,
+        }
+    }
+
+    /// What a closed run released, by noise multiplier, given each chain's steps: a DP HMC
+    /// chain's steps are its iterations' L + 1 gradients and one ratio each, in order.
+    pub(crate) fn released_by_multiplier(&self, steps: &[u64]) -> Vec<(f64, u64)> {
+        let released = self.released.load(Ordering::SeqCst);
+        match self.terms.hmc {
+            Some(h) => {
+                let per = self.terms.releases_per_iteration();
+                let ratios: u64 = steps.iter().map(|s| s / per).sum();
+                vec![
+                    (self.terms.noise_multiplier, ratios),
+                    (h.gradient_multiplier, released - ratios),
+                ]
+            }
+            None => vec![(self.terms.noise_multiplier, released)],
+        }
+    }
+}
+
+/// A DP HMC run's plan as the accountant reserves it: each iteration's ratio release at
+/// multiplier s_l and L + 1 gradient releases at s_g compose exactly as one Gaussian release
+/// at s with 1/s² = 1/s_l² + (L + 1)/s_g² (their privacy-loss distributions are Gaussian and
+/// add, Räisä 2020, Thm 4.3; Rényi divergences add alike), one per planned iteration. Other
+/// runs reserve their planned releases at their multiplier.
+pub(crate) fn reservation(terms: &RunTerms) -> (u64, f64) {
+    match terms.hmc {
+        Some(h) => {
+            let gradients = (h.leapfrog_steps as f64 + 1.0) / h.gradient_multiplier.powi(2);
+            let s = (terms.noise_multiplier.powi(-2) + gradients).sqrt().recip();
+            (terms.planned_releases / terms.releases_per_iteration(), s)
+        }
+        None => (terms.planned_releases, terms.noise_multiplier),
+    }
+}
+
+/// A closed run's releases, summed with those of every closed run of the same variant,
+/// noise multiplier and batch.
+pub(crate) struct Charge {
+    pub(crate) variant: String,
+    pub(crate) mechanism: MechanismKind,
+    pub(crate) noise_multiplier: f64,
+    pub(crate) releases: u64,
+}
+
+/// The batch and population of a mechanism, for ordering charges.
+pub(crate) fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
+    match mechanism {
+        MechanismKind::BatchGaussian { batch, population }
+        | MechanismKind::DpBarker { batch, population } => (batch, population),
+        MechanismKind::Gaussian | MechanismKind::PoissonGaussian { .. } => (0, 0),
+    }
+}
+
+/// The runs a node knows. Open runs keep their chains; closed runs keep only their id (so a
+/// late step hears "closed", not "unknown") and their releases folded into `charges`.
+#[derive(Default)]
+pub(crate) struct Runs {
+    pub(crate) open: HashMap<String, Arc<RunState>>,
+    pub(crate) closed: HashMap<String, ClosedBy>,
+    /// What CloseRun answered for each run it closed since this node started: a repeated
+    /// CloseRun (a retry whose first answer was lost, a resumed coordinator) gets the same
+    /// answer, as a repeated step does.
+    pub(crate) close_answers: HashMap<String, Closed>,
+    /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
+    /// order whether they were folded as runs closed or read back at start.
+    pub(crate) charges: Vec<Charge>,
+}
+
+impl Runs {
+    pub(crate) fn charge(
+        &mut self,
+        variant: &str,
+        mechanism: MechanismKind,
+        noise_multiplier: f64,
+        n: u64,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let cmp = |c: &Charge| {
+            (c.variant.as_str().cmp(variant))
+                .then(c.noise_multiplier.total_cmp(&noise_multiplier))
+                .then(batch_of(c.mechanism).cmp(&batch_of(mechanism)))
+        };
+        match self.charges.binary_search_by(cmp) {
+            Ok(i) => self.charges[i].releases += n,
+            Err(i) => self.charges.insert(
+                i,
+                Charge {
+                    variant: variant.to_string(),
+                    mechanism,
+                    noise_multiplier,
+                    releases: n,
+                },
+            ),
+        }
+    }
+}
+
+/// The closed runs' charges as releases for the accountant.
+pub(crate) fn closed_releases(runs: &Runs) -> impl Iterator<Item = Release> + '_ {
+    runs.charges.iter().map(|c| Release {
+        mechanism: c.mechanism,
+        noise_multiplier: c.noise_multiplier,
+        count: c.releases as f64,
+    })
+}
