@@ -382,3 +382,36 @@ async fn job(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use fedmcmc_common::models::{Family, GlmSpec};
+
+    use super::*;
+
+    /// The route follows from the model alone: the summaries route for every GLM family,
+    /// the DP penalty for a model without summaries, each with its reason; and a run config
+    /// for a GLM needs no sampler settings at all.
+    #[test]
+    fn the_route_follows_from_the_model() {
+        for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+            let model = ModelSpec::Glm(GlmSpec::example(family, 3)).build().unwrap();
+            let (route, why) = choose_route(model.as_ref());
+            assert_eq!(route, VariantName::Summaries);
+            let releases = if family == Family::Gaussian { 1 } else { 5 };
+            assert!(why.contains(&format!("{releases} releases once")), "{why}");
+        }
+        let (route, why) = choose_route(ModelSpec::flat_banana(2).build().unwrap().as_ref());
+        assert_eq!(route, VariantName::Penalty);
+        assert!(why.contains("the banana model has no summaries"), "{why}");
+        let config: RunConfig = toml::from_str(
+            "insecure = true\n[sampler]\n[[parties]]\nname = \"a\"\naddress = \"http://127.0.0.1:1\"\ntoken_file = \"t\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.sampler.variant, None);
+        assert_eq!(
+            (config.sampler.clip, config.sampler.proposal_sd),
+            (None, None)
+        );
+    }
+}
