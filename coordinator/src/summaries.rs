@@ -42,7 +42,7 @@ pub fn plan_noise(
     tau: Option<f64>,
 ) -> Result<NoiseChoice, String> {
     for p in parties {
-        if !(p.mu_remaining > 0.0) {
+        if p.mu_remaining.is_nan() || p.mu_remaining <= 0.0 {
             return Err(format!(
                 "party {} has no budget left (ε = {:.4} of {} committed)",
                 p.name, p.epsilon_committed, p.epsilon

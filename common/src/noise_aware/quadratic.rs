@@ -387,11 +387,11 @@ mod tests {
         // At the step, ĝ − Â(θ − θ_r) + ∇ ln p(θ) = 0.
         let mut prior = vec![0.0; 3];
         model.grad_log_prior(&next, &mut prior);
-        for i in 0..3 {
+        for (i, p) in prior.iter().enumerate() {
             let a_delta: f64 = (0..3)
                 .map(|j| release.a[i][j] * (next[j] - release.centre[j]))
                 .sum();
-            let residual = release.g[i] - a_delta + prior[i];
+            let residual = release.g[i] - a_delta + p;
             assert!(residual.abs() < 1e-9, "{i}: {residual}");
         }
     }

@@ -223,7 +223,7 @@ impl Rounds {
             .quadratic_summaries()
             .expect("a model with summaries")
             .reach(&delta);
-        if !(reach > radius) {
+        if reach.is_nan() || reach <= radius {
             return next;
         }
         let shrink = radius / reach;
