@@ -92,6 +92,14 @@ impl Federated {
         .await
     }
 
+    /// Runs the summaries route at its defaults.
+    async fn summaries(&self) -> JobResult {
+        let start = private_start(self.model.as_ref(), 2.0);
+        self.run(&settings(Variant::Summaries, None), start)
+            .await
+            .unwrap()
+    }
+
     /// Runs a job that must be refused, checks that nothing was opened, reserved or spent
     /// on any party, and returns the refusal.
     async fn refused(&self, settings: &JobSettings) -> String {
@@ -125,13 +133,7 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
 async fn at_a_generous_budget_the_route_matches_the_exact_gaussian_glm_posterior() {
     let spec = ModelSpec::Glm(GlmSpec::example(Family::Gaussian, 4));
     let f = federated(&spec, 3000, 1e5, 2);
-    let result = f
-        .run(
-            &settings(Variant::Summaries, None),
-            private_start(f.model.as_ref(), 2.0),
-        )
-        .await
-        .unwrap();
+    let result = f.summaries().await;
     // One release per party (the gaussian summary is exact), then sampling only.
     for c in &result.closed {
         assert_eq!(c.releases, 1);
@@ -194,13 +196,7 @@ async fn a_logistic_glm_with_large_coefficients_is_within_half_a_posterior_sd_of
         ..GlmSpec::example(Family::Logistic, 5)
     });
     let f = federated(&spec, 6000, 1e5, 3);
-    let result = f
-        .run(
-            &settings(Variant::Summaries, None),
-            private_start(f.model.as_ref(), 2.0),
-        )
-        .await
-        .unwrap();
+    let result = f.summaries().await;
     let pooled = Pooled {
         model: f.model.as_ref(),
         data: &f.data,

@@ -6,8 +6,8 @@
 mod contract;
 
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, refused, step_as,
-    sufficient_plan, tau,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, plan, refused,
+    replayed, step_as, sufficient_plan, tau,
 };
 use fedmcmc_common::accountant::{Choice, Method};
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
@@ -87,18 +87,8 @@ async fn sufficient_statistics_refusals_are_public_decisions() {
     let decisions = &tallies[0].decisions;
     type Check<'a> = (usize, &'a dyn Fn(&Decision) -> bool);
     let expect: [Check; 11] = [
-        (2, &|d| {
-            matches!(
-                d,
-                Decision::Released {
-                    replayed: false,
-                    ..
-                }
-            )
-        }),
-        (3, &|d| {
-            matches!(d, Decision::Released { replayed: true, .. })
-        }),
+        (2, &fresh),
+        (3, &replayed),
         (4, &refused(Code::FailedPrecondition, "out of order")),
         (5, &refused(Code::NotFound, "no run")),
         (

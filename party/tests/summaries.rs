@@ -6,8 +6,8 @@
 mod contract;
 
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, plan, refused, step_as,
-    summaries_plan, tau,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, plan, refused,
+    replayed, step_as, summaries_plan, tau,
 };
 use fedmcmc_common::accountant::{Choice, Method};
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
@@ -101,18 +101,8 @@ async fn summary_refusals_are_public_decisions_for_every_family() {
         let decisions = &tallies[0].decisions;
         type Check<'a> = (usize, &'a dyn Fn(&Decision) -> bool);
         let expect: [Check; 20] = [
-            (2, &|d| {
-                matches!(
-                    d,
-                    Decision::Released {
-                        replayed: false,
-                        ..
-                    }
-                )
-            }),
-            (3, &|d| {
-                matches!(d, Decision::Released { replayed: true, .. })
-            }),
+            (2, &fresh),
+            (3, &replayed),
             (4, &refused(Code::FailedPrecondition, "")),
             (5, &refused(Code::FailedPrecondition, "out of order")),
             (6, &refused(Code::NotFound, "no run")),

@@ -452,6 +452,22 @@ pub fn sufficient_plan(chains: u32, steps: u64, noise: pb::run_plan::Noise) -> p
     }
 }
 
+/// Whether a decision is a fresh release (not a replay).
+pub fn fresh(d: &Decision) -> bool {
+    matches!(
+        d,
+        Decision::Released {
+            replayed: false,
+            ..
+        }
+    )
+}
+
+/// Whether a decision is the stored answer to a retried step.
+pub fn replayed(d: &Decision) -> bool {
+    matches!(d, Decision::Released { replayed: true, .. })
+}
+
 /// Whether a decision is a refusal with `code` whose message holds `contains`.
 pub fn refused(code: Code, contains: &str) -> impl Fn(&Decision) -> bool + '_ {
     move |d| matches!(d, Decision::Refused { code: c, message } if *c == code && message.contains(contains))
