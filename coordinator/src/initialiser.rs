@@ -207,7 +207,8 @@ pub async fn from_summaries<P: PartyHandle>(
             .await;
     let closed = federation.close().await?;
     let (release, line) = released?;
-    let (point, sds) = crate::summaries::plug_in(model.as_ref(), &release);
+    let point = fedmcmc_common::noise_aware::quadratic::newton_step(model.as_ref(), &release);
+    let sds = release.plug_in_sds();
     Ok(Initialised {
         method: format!("the summaries route's releases: {line}"),
         settings: InitialiserSettings {

@@ -109,8 +109,9 @@ pub async fn run<P: PartyHandle>(
     let (release, rounds_line) = released?;
 
     let posterior = QuadraticPosterior::new(Arc::clone(&model), release.clone());
-    let inits = dispersed(&posterior, &release, settings);
-    let start = posterior.initial()[..model.dim()].to_vec();
+    let initial = posterior.initial();
+    let inits = dispersed(&initial, &release, settings);
+    let start = initial[..model.dim()].to_vec();
     let seeds: Vec<u64> = (0..settings.chains)
         .map(|c| chain_seed(settings.seed, c))
         .collect();
@@ -232,38 +233,15 @@ pub(crate) async fn release<P: PartyHandle>(
     Ok((release, line))
 }
 
-/// The plug-in posterior's mode and sds of a summary: the Newton step on it with the
-/// prior, and the square roots of the diagonal of Â⁻¹ (Â made positive definite). Where
-/// chains start.
-pub(crate) fn plug_in(model: &dyn Model, release: &Release) -> (Vec<f64>, Vec<f64>) {
-    let d = release.dim();
-    let a = nalgebra::DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
-    let floor = release.noise_variance.sqrt().max(1e-12);
-    let pd = fedmcmc_common::noise_aware::quadratic::positive_definite(&a, floor);
-    let sds = match pd.try_inverse() {
-        Some(inv) => (0..d).map(|i| inv[(i, i)].sqrt()).collect(),
-        None => vec![0.0; d],
-    };
-    (
-        fedmcmc_common::noise_aware::quadratic::newton_step(model, release),
-        sds,
-    )
-}
-
-/// One start per chain: the plug-in mode with θ spread by twice the plug-in posterior's sds,
-/// from the job's seeded stream.
-fn dispersed(
-    posterior: &QuadraticPosterior,
-    release: &Release,
-    settings: &JobSettings,
-) -> Vec<Vec<f64>> {
-    let (_, sds) = plug_in(posterior.model(), release);
+/// One start per chain: the sampler's `initial` point (the plug-in mode and Â's factor) with
+/// θ spread by twice the plug-in posterior's sds, from the job's seeded stream.
+fn dispersed(initial: &[f64], release: &Release, settings: &JobSettings) -> Vec<Vec<f64>> {
+    let sds = release.plug_in_sds();
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     rng.set_stream(INIT_STREAM);
-    let centre = posterior.initial();
     (0..settings.chains)
         .map(|_| {
-            let mut x = centre.clone();
+            let mut x = initial.to_vec();
             for (v, sd) in x.iter_mut().zip(&sds) {
                 let z: f64 = StandardNormal.sample(&mut rng);
                 *v += 2.0 * sd * z;

@@ -52,6 +52,16 @@ impl Release {
         Some(&inv + &inv * &inv * self.noise_variance)
     }
 
+    /// The plug-in posterior's sds: the square roots of the diagonal of Â⁻¹, Â made positive
+    /// definite. Where chains start is spread by them.
+    pub fn plug_in_sds(&self) -> Vec<f64> {
+        let a = positive_definite(&self.a_matrix(), floor_of(self));
+        match a.try_inverse() {
+            Some(inv) => (0..self.dim()).map(|i| inv[(i, i)].sqrt()).collect(),
+            None => vec![0.0; self.dim()],
+        }
+    }
+
     /// √(ΔᵀC⁻¹Δ) for Δ = `to` − centre and C the [`Release::covariance`]: about how many
     /// posterior sds apart the two points are.
     pub fn step_length(&self, to: &[f64]) -> f64 {
@@ -154,10 +164,6 @@ impl QuadraticPosterior {
 
     fn d(&self) -> usize {
         self.release.dim()
-    }
-
-    pub fn model(&self) -> &dyn Model {
-        self.model.as_ref()
     }
 
     /// θ of a point of the sampler's space.
@@ -331,6 +337,28 @@ mod tests {
         (model, release)
     }
 
+    /// The gradient `target` reports at `x` against central differences, within `tolerance`
+    /// relative to the difference.
+    fn assert_gradient(target: &dyn LogDensity, x: &[f64], tolerance: f64) {
+        let n = target.dim();
+        let (mut grad, mut scratch) = (vec![0.0; n], vec![0.0; n]);
+        target.log_density(x, &mut grad);
+        for k in 0..n {
+            let h = 1e-6 * (1.0 + x[k].abs());
+            let (mut up, mut down) = (x.to_vec(), x.to_vec());
+            up[k] += h;
+            down[k] -= h;
+            let fd = (target.log_density(&up, &mut scratch)
+                - target.log_density(&down, &mut scratch))
+                / (2.0 * h);
+            assert!(
+                (fd - grad[k]).abs() < tolerance * (1.0 + fd.abs()),
+                "coordinate {k}: {fd} vs {}",
+                grad[k]
+            );
+        }
+    }
+
     #[test]
     fn the_gradient_matches_finite_differences() {
         let (model, release) = release();
@@ -339,45 +367,14 @@ mod tests {
         x[0] += 0.05;
         x[5] += 0.1;
         x[4] -= 0.3;
-        let n = post.dim();
-        let mut grad = vec![0.0; n];
-        post.log_density(&x, &mut grad);
-        let mut scratch = vec![0.0; n];
-        for k in 0..n {
-            let h = 1e-6 * (1.0 + x[k].abs());
-            let (mut up, mut down) = (x.clone(), x.clone());
-            up[k] += h;
-            down[k] -= h;
-            let fd = (post.log_density(&up, &mut scratch) - post.log_density(&down, &mut scratch))
-                / (2.0 * h);
-            assert!(
-                (fd - grad[k]).abs() < 1e-5 * (1.0 + fd.abs()),
-                "coordinate {k}: {fd} vs {}",
-                grad[k]
-            );
-        }
+        assert_gradient(&post, &x, 1e-5);
     }
 
     #[test]
     fn the_plug_in_gradient_matches_finite_differences() {
         let (model, release) = release();
         let post = PlugInPosterior::new(model, &release);
-        let x = vec![0.3, -0.2, 0.5];
-        let mut grad = vec![0.0; 3];
-        post.log_density(&x, &mut grad);
-        let mut scratch = vec![0.0; 3];
-        for k in 0..3 {
-            let (mut up, mut down) = (x.clone(), x.clone());
-            up[k] += 1e-6;
-            down[k] -= 1e-6;
-            let fd = (post.log_density(&up, &mut scratch) - post.log_density(&down, &mut scratch))
-                / 2e-6;
-            assert!(
-                (fd - grad[k]).abs() < 1e-4 * (1.0 + fd.abs()),
-                "{k}: {fd} vs {}",
-                grad[k]
-            );
-        }
+        assert_gradient(&post, &[0.3, -0.2, 0.5], 1e-4);
     }
 
     #[test]

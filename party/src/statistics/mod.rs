@@ -193,12 +193,7 @@ impl<'a> Query<'a> {
                         model.name()
                     )));
                 };
-                if *entries != sums.len() {
-                    return Err(PartyError::InvalidArgument(format!(
-                        "the query asks for {entries} sufficient statistics; this party's model has {}",
-                        sums.len()
-                    )));
-                }
+                check_entries("sufficient statistics", *entries, sums.len())?;
                 (
                     Box::new(sufficient::Sufficient {
                         sums,
@@ -218,12 +213,7 @@ impl<'a> Query<'a> {
                         model.name()
                     )));
                 };
-                if *entries != summaries.entries() {
-                    return Err(PartyError::InvalidArgument(format!(
-                        "the query asks for {entries} summary entries; this party's model has {}",
-                        summaries.entries()
-                    )));
-                }
+                check_entries("summary entries", *entries, summaries.entries())?;
                 (
                     Box::new(summary::Summary {
                         summaries,
@@ -332,6 +322,16 @@ pub trait Statistic {
         bound: &Bound,
         rng: &mut ChaCha20Rng,
     ) -> Computed;
+}
+
+/// Refuses a query for `asked` entries of `what` where this party's model has `has`.
+fn check_entries(what: &str, asked: usize, has: usize) -> Result<(), PartyError> {
+    if asked == has {
+        return Ok(());
+    }
+    Err(PartyError::InvalidArgument(format!(
+        "the query asks for {asked} {what}; this party's model has {has}"
+    )))
 }
 
 /// Checks a parameter vector from a request: the model's dimension, every entry finite.

@@ -78,10 +78,7 @@ impl Glm {
     /// Σ_{a≤b} mₐ²m_b² with mₐ = max |x̃ₐ| over the box.
     fn design_fourth_moment(&self) -> f64 {
         let m = self.max_abs_design();
-        (0..m.len())
-            .flat_map(|a| (a..m.len()).map(move |b| (a, b)))
-            .map(|(a, b)| (m[a] * m[b]).powi(2))
-            .sum()
+        self.upper_pairs().map(|(a, b)| (m[a] * m[b]).powi(2)).sum()
     }
 }
 
