@@ -171,11 +171,7 @@ pub async fn run<P: PartyHandle>(
             }
             // A model with summaries starts from them: a few releases whose rows the model's
             // public bounds bound, where the climb's noise follows the gradient clip.
-            let summaries = SUMMARIES;
-            let done = if parties
-                .iter()
-                .all(|p| p.variants.iter().any(|v| v == summaries))
-            {
+            let done = if parties.iter().all(|p| p.serves(SUMMARIES)) {
                 initialiser::from_summaries(&federation, &model, &parties, init).await?
             } else {
                 initialiser::run(&federation, &model, &parties, init).await?
@@ -275,8 +271,7 @@ fn check_parties(
                 model.dim()
             );
         }
-        let wanted = variant.party_variant();
-        if !p.variants.iter().any(|v| v == wanted) {
+        if !p.serves(variant.party_variant()) {
             anyhow::bail!(
                 "party {} does not serve the {} variant for its {} model (it serves {}); nothing was released",
                 p.name,

@@ -32,6 +32,13 @@ pub struct PartyInfo {
     pub variants: Vec<String>,
 }
 
+impl PartyInfo {
+    /// Whether it serves `variant` (the parties' name).
+    pub fn serves(&self, variant: &str) -> bool {
+        self.variants.iter().any(|v| v == variant)
+    }
+}
+
 /// The noise a plan asks for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum NoiseChoice {
