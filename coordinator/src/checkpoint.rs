@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::federation::PartyHandle;
 use crate::federation::recorded::{self, Recorded};
+use crate::federation::{PartyHandle, ids};
 use crate::output::Report;
 
 const DIR: &str = "checkpoint";
@@ -96,9 +96,18 @@ impl Checkpoint {
         Ok((Checkpoint { dir }, job.settings))
     }
 
-    /// `handle` to party `name`, its replies recorded in (and replayed from) the checkpoint.
+    /// `handle` to party `name`, its replies recorded in (and replayed from) the checkpoint,
+    /// in `parties/<name>/`: a name that could not be that directory is refused.
     pub fn party<P: PartyHandle>(&self, name: &str, handle: P) -> anyhow::Result<Recorded<P>> {
-        let dir = self.dir.join("parties").join(name);
+        ids::check_party_name(name).map_err(anyhow::Error::msg)?;
+        let parties = self.dir.join("parties");
+        let dir = parties.join(name);
+        anyhow::ensure!(
+            dir.parent() == Some(parties.as_path()),
+            "{} is not a directory of {}",
+            dir.display(),
+            parties.display()
+        );
         Recorded::new(handle, &dir).map_err(|e| {
             anyhow::anyhow!(
                 "cannot keep party {name}'s replies in {}: {e}",

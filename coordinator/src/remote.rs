@@ -159,6 +159,22 @@ impl RunConfig {
         Ok(config)
     }
 
+    /// Refuses a party name that could not name its checkpoint directory, and a name given
+    /// twice (ignoring case, as some file systems do), whose parties' records would merge.
+    fn check_names(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.parties {
+            crate::federation::ids::check_party_name(&p.name)?;
+            if !seen.insert(p.name.to_ascii_lowercase()) {
+                return Err(format!(
+                    "two parties are named {:?} (names are compared ignoring case)",
+                    p.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Each party's TLS settings (all `None` over plaintext); refuses a config that names
     /// neither TLS nor plaintext, or both.
     fn transports(&self) -> anyhow::Result<Vec<Option<ClientTlsConfig>>> {
@@ -271,6 +287,7 @@ async fn job(
     checkpoint: &Checkpoint,
     stop: &Stop,
 ) -> anyhow::Result<Report> {
+    config.check_names().map_err(anyhow::Error::msg)?;
     let transports = config.transports()?;
     let mut handles = Vec::with_capacity(config.parties.len());
     for (p, tls) in config.parties.iter().zip(transports) {
@@ -413,5 +430,29 @@ mod tests {
             (config.sampler.clip, config.sampler.proposal_sd),
             (None, None)
         );
+    }
+
+    /// Party names become checkpoint directories: one that climbs, or one given twice, is
+    /// refused.
+    #[test]
+    fn party_names_that_are_paths_or_repeated_are_refused() {
+        let config = |names: &[&str]| -> RunConfig {
+            let parties: String = names
+                .iter()
+                .map(|n| {
+                    format!("[[parties]]\nname = {n:?}\naddress = \"a\"\ntoken_file = \"t\"\n")
+                })
+                .collect();
+            toml::from_str(&format!("insecure = true\n[sampler]\n{parties}")).unwrap()
+        };
+        assert!(
+            config(&["a", "party-2", "lab-c.example.org"])
+                .check_names()
+                .is_ok()
+        );
+        let e = config(&["a", "../../x"]).check_names().unwrap_err();
+        assert!(e.contains(r#"the party name "../../x" cannot name"#), "{e}");
+        let e = config(&["lab", "Lab"]).check_names().unwrap_err();
+        assert!(e.contains(r#"two parties are named "Lab""#), "{e}");
     }
 }

@@ -4,12 +4,14 @@
 //! [`Federation`] fans each request out to all parties at once and sums their contributions.
 //! The sampler is written against `Federation<P>` only, so the same code path runs against
 //! in-process parties (tests, benchmarks) and real gRPC servers.
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::{join_all, try_join_all};
 
 pub mod grpc;
+pub mod ids;
 pub mod local;
 pub mod recorded;
 
@@ -154,6 +156,9 @@ pub struct Federation<P> {
     parties: Vec<(String, P)>,
     /// Run id on each party, in party order, while a run is open.
     runs: RwLock<Arc<Vec<String>>>,
+    /// Every run id each party has granted in this job, in party order, in lower case: a
+    /// repeated one would merge two runs' records (on a file system that ignores case too).
+    granted: Mutex<Vec<HashSet<String>>>,
 }
 
 fn at(party: &str) -> impl Fn(CallError) -> FederationError + '_ {
@@ -166,9 +171,11 @@ fn at(party: &str) -> impl Fn(CallError) -> FederationError + '_ {
 impl<P: PartyHandle> Federation<P> {
     /// `parties` are (name, handle); names label errors and outputs.
     pub fn new(parties: Vec<(String, P)>) -> Self {
+        let granted = Mutex::new(vec![HashSet::new(); parties.len()]);
         Federation {
             parties,
             runs: RwLock::new(Arc::new(Vec::new())),
+            granted,
         }
     }
 
@@ -189,9 +196,10 @@ impl<P: PartyHandle> Federation<P> {
         .await
     }
 
-    /// Opens the run on every party, party i with `plans[i]`. If any party refuses, the
-    /// grants already given are closed again (their reservations released) and the refusal
-    /// is returned.
+    /// Opens the run on every party, party i with `plans[i]`. If any party refuses, or
+    /// answers a run id that is not one ([`ids::check_run_id`]) or that it gave an earlier
+    /// run of this job, the grants given are closed again (their reservations released) and
+    /// the first such failure is returned, before any record is made of the run's steps.
     pub async fn open(
         &self,
         plans: &[RunPlan],
@@ -205,19 +213,40 @@ impl<P: PartyHandle> Federation<P> {
                 .map(|((_, p), plan)| p.open_run(plan, fingerprint)),
         )
         .await;
-        if let Some(i) = results.iter().position(|r| r.is_err()) {
+        let failed = match results.iter().position(|r| r.is_err()) {
+            Some(i) => Some((i, results[i].as_ref().unwrap_err().clone())),
+            None => self.new_run_ids(&results),
+        };
+        if let Some((i, error)) = failed {
             for ((_, p), r) in self.parties.iter().zip(&results) {
                 if let Ok(g) = r {
                     let _ = p.close_run(&g.run_id).await;
                 }
             }
-            let error = results.into_iter().nth(i).unwrap().unwrap_err();
             return Err(at(&self.parties[i].0)(error));
         }
         let grants: Vec<Grant> = results.into_iter().map(Result::unwrap).collect();
         *self.runs.write().expect("runs lock") =
             Arc::new(grants.iter().map(|g| g.run_id.clone()).collect());
         Ok(grants)
+    }
+
+    /// Takes every grant's run id as the party's new run, or names the first party whose
+    /// id is not one or repeats one it gave before.
+    fn new_run_ids(&self, results: &[Result<Grant, CallError>]) -> Option<(usize, CallError)> {
+        let mut granted = self.granted.lock().expect("granted lock");
+        results.iter().enumerate().find_map(|(i, r)| {
+            let id = &r.as_ref().ok()?.run_id;
+            let message = match ids::check_run_id(id) {
+                Err(message) => message,
+                Ok(()) if granted[i].insert(id.to_ascii_lowercase()) => return None,
+                Ok(()) => format!(
+                    "answered OpenRun with the run id {id:?}, which it gave an earlier run of this job: the two runs' records would merge"
+                ),
+            };
+            let kind = CallErrorKind::Other;
+            Some((i, CallError { kind, message }))
+        })
     }
 
     /// Σᵢ of the parties' released vectors and Σᵢ σᵢ² for one step of one chain: for the

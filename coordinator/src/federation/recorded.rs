@@ -14,7 +14,9 @@
 //! - `calls.jsonl`: Describe, OpenRun and CloseRun with their replies, in the order made (a
 //!   job makes them one at a time per party);
 //! - `<run id>.chain-<c>.jsonl`: each step of that chain, in order: the query's numbers and
-//!   the answer.
+//!   the answer. The run id is one the party answered, so it is checked first
+//!   ([`super::ids`]); [`super::Federation::open`] refuses a party's repeated one, which
+//!   would merge two runs' records.
 //!
 //! JSON lines whose floats read back exactly. Each line goes to the operating system in one
 //! write as soon as the reply is in, so a killed coordinator loses no reply; a line cut short
@@ -34,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CallError, CallErrorKind, Closed, Contribution, Grant, PartyHandle, PartyInfo, Query, RunPlan,
+    ids,
 };
 
 /// One of a party's calls other than a step, with its reply.
@@ -141,6 +144,25 @@ fn record_error(path: &Path, e: impl std::fmt::Display) -> CallError {
     }
 }
 
+/// `<run id>.chain-<c>.jsonl` in `dir`, of a run id that is one ([`ids::check_run_id`]):
+/// the file is `dir`'s own, whatever the party answered.
+fn step_file(dir: &Path, run_id: &str, chain: u32) -> Result<PathBuf, CallError> {
+    let refused = |message| CallError {
+        kind: CallErrorKind::Other,
+        message,
+    };
+    ids::check_run_id(run_id).map_err(refused)?;
+    let path = dir.join(format!("{run_id}.chain-{chain}.jsonl"));
+    if path.parent() != Some(dir) {
+        let shown = path.display();
+        return Err(refused(format!(
+            "{shown} is not a file of {}",
+            dir.display()
+        )));
+    }
+    Ok(path)
+}
+
 fn diverged(path: &Path, what: String) -> CallError {
     CallError {
         kind: CallErrorKind::Other,
@@ -197,7 +219,7 @@ impl<P: PartyHandle> Recorded<P> {
         let mut steps = self.steps.lock().expect("steps lock");
         let key = (run_id.to_string(), chain);
         if !steps.contains_key(&key) {
-            let path = self.dir.join(format!("{run_id}.chain-{chain}.jsonl"));
+            let path = step_file(&self.dir, run_id, chain)?;
             let log = Log::open(path.clone()).map_err(|e| record_error(&path, e))?;
             steps.insert(key.clone(), log);
         }
