@@ -25,6 +25,7 @@ fn odd_banana() -> ModelSpec {
         prior_var: 10.0,
         temperature: 0.7,
         true_theta: Some(vec![0.2, 1.0, -0.5]),
+        bounds: None,
     })
 }
 
@@ -40,6 +41,7 @@ fn odd_gaussian() -> ModelSpec {
         prior_var: 4.0,
         temperature: 0.5,
         true_theta: None,
+        bounds: None,
     })
 }
 
@@ -763,6 +765,7 @@ fn gaussian_2d() -> ModelSpec {
         prior_var: 4.0,
         temperature: 0.5,
         true_theta: Some(vec![1.0, -1.0]),
+        bounds: None,
     })
 }
 

@@ -30,3 +30,90 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
     assert!((a90 - 0.9).abs() < band(0.9), "noise-aware 90 %: {a90}");
     assert!(p90 < 0.9 - band(0.9), "plug-in 90 %: {p90}");
 }
+
+/// The bounded gaussian and banana models' noise-aware posterior (their exact sum of rows,
+/// `noise_aware::means`) is calibrated too: θ drawn from the prior, fresh rows and noise
+/// each repetition, the intervals of the HMC draws cover at their nominal rates.
+#[test]
+fn mean_summaries_cover_at_their_nominal_rates() {
+    use fedmcmc_common::accountant::max_mu;
+    use fedmcmc_common::models::{BananaSpec, ModelSpec, Reading};
+    use fedmcmc_common::noise_aware::hmc::{Settings, sample_until_converged};
+    use fedmcmc_common::noise_aware::means::MeanPosterior;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+    use rand_distr::{Distribution, StandardNormal};
+    use std::sync::Arc;
+
+    let gaussian = ModelSpec::gaussian(vec![vec![1.0, 0.5], vec![0.5, 2.0]], 1.0);
+    let banana = ModelSpec::Banana(BananaSpec {
+        a: 1.0,
+        lik_var: vec![1.0, 1.0],
+        prior_var: 1.0,
+        ..BananaSpec::flat(2)
+    });
+    let (reps, rows, epsilon) = (60, 600, 1.0);
+    for spec in [gaussian, banana] {
+        let model = spec.with_predictive_bounds(6.0).build().unwrap();
+        let summaries = model.summaries().unwrap();
+        let Reading::Mean(means) = summaries.reading() else {
+            panic!("mean summaries")
+        };
+        // One release per party at ε = 1 (δ = 10⁻⁵): noise sd μ⁻¹·2R.
+        let sd = 2.0 * summaries.row_bound(&[0.0; 2], 0.0) / max_mu(epsilon, 1e-5).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let (mut cover50, mut cover90, mut n) = (0, 0, 0);
+        for r in 0..reps {
+            // u ~ N(0, I), the prior of both models in u; θ = g(u).
+            let u: Vec<f64> = (0..2).map(|_| StandardNormal.sample(&mut rng)).collect();
+            let truth = means.theta_of(u);
+            let data = model.simulate(&truth, rows, &mut rng);
+            let mut value = vec![0.0; 2];
+            for part in data.split(3) {
+                for (v, s) in value
+                    .iter_mut()
+                    .zip(summaries.summary(&part, &[0.0; 2], 0.0))
+                {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    *v += s + sd * z;
+                }
+            }
+            let posterior =
+                MeanPosterior::new(Arc::clone(&model), &value, 3.0 * sd * sd, rows as u64);
+            let start = posterior.theta_of(posterior.u_estimate().0);
+            let sampled = sample_until_converged(
+                &posterior,
+                vec![start; 4],
+                &[r, r + 100, r + 200, r + 300],
+                Settings::default(),
+                &|x| x.to_vec(),
+            )
+            .unwrap();
+            assert!(sampled.converged, "{} repetition {r}", model.name());
+            for (j, &t) in truth.iter().enumerate() {
+                let xs: Vec<f64> = sampled
+                    .chains
+                    .iter()
+                    .flat_map(|c| c.states[sampled.warmup..].iter().map(|x| x[j]))
+                    .collect();
+                let q = |p| fedmcmc_common::diagnostics::quantile(&xs, p);
+                cover50 += usize::from(q(0.25) <= t && t <= q(0.75));
+                cover90 += usize::from(q(0.05) <= t && t <= q(0.95));
+                n += 1;
+            }
+        }
+        let (c50, c90) = (cover50 as f64 / n as f64, cover90 as f64 / n as f64);
+        eprintln!("{}: 50 % {c50:.3}, 90 % {c90:.3} over {n}", model.name());
+        let band = |p: f64| 3.0 * (p * (1.0 - p) / n as f64).sqrt();
+        assert!(
+            (c50 - 0.5).abs() < band(0.5),
+            "{}: 50 % {c50}",
+            model.name()
+        );
+        assert!(
+            (c90 - 0.9).abs() < band(0.9),
+            "{}: 90 % {c90}",
+            model.name()
+        );
+    }
+}

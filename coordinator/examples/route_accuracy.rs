@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use fedmcmc_common::models::summaries::split_summary;
 use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
-use fedmcmc_common::noise_aware::quadratic::{Release, newton_step};
+use fedmcmc_common::noise_aware::quadratic::{Approximation, Release};
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::federation::Federation;
 use fedmcmc_coordinator::federation::local::nodes;
@@ -27,7 +27,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// The pooled rows' posterior mode and Laplace sds.
 fn laplace(model: &dyn Model, data: &fedmcmc_common::data::Columns) -> (Vec<f64>, Vec<f64>) {
-    let s = model.quadratic_summaries().unwrap();
+    let s = model.summaries().unwrap();
     let d = model.dim();
     let mut centre = model.prior_mode();
     let mut a = Vec::new();
@@ -37,9 +37,9 @@ fn laplace(model: &dyn Model, data: &fedmcmc_common::data::Columns) -> (Vec<f64>
             centre: centre.clone(),
             g,
             a: aa.clone(),
-            noise_variance: 1e-300,
+            noise_variance: 0.0,
         };
-        centre = newton_step(model, &release);
+        centre = Approximation::of(model, &release).mode;
         a = aa;
     }
     let mut prior = vec![0.0; d];

@@ -207,8 +207,8 @@ pub async fn from_summaries<P: PartyHandle>(
             .await;
     let closed = federation.close().await?;
     let (release, line) = released?;
-    let point = fedmcmc_common::noise_aware::quadratic::newton_step(model.as_ref(), &release);
-    let sds = release.plug_in_sds();
+    let rows = parties.iter().map(|p| p.rows).sum();
+    let (point, sds) = crate::summaries::approximate(model, &release, rows);
     Ok(Initialised {
         method: format!("the summaries route's releases: {line}"),
         settings: InitialiserSettings {

@@ -94,9 +94,10 @@ pub fn choose_route(model: &dyn Model) -> (VariantName, String) {
         Ok(schedule) => (
             VariantName::Summaries,
             format!(
-                "summaries, chosen because the {} model has summaries: each party makes {} releases once and the noise-aware posterior is then sampled until it converges, at no further privacy cost (set `variant` in [sampler] for a per-iteration variant)",
+                "summaries, chosen because the {} model has summaries: each party makes {} release{} once and the noise-aware posterior is then sampled until it converges, at no further privacy cost (set `variant` in [sampler] for a per-iteration variant)",
                 model.name(),
-                schedule.releases()
+                schedule.releases(),
+                if schedule.releases() == 1 { "" } else { "s" }
             ),
         ),
         Err(_) => (
@@ -406,8 +407,8 @@ mod tests {
 
     use super::*;
 
-    /// The route follows from the model alone: the summaries route for every GLM family,
-    /// the DP penalty for a model without summaries, each with its reason; and a run config
+    /// The route follows from the model alone: the summaries route for every GLM family and
+    /// a bounded banana, the DP penalty for a model without summaries, each with its reason; and a run config
     /// for a GLM needs no sampler settings at all.
     #[test]
     fn the_route_follows_from_the_model() {
@@ -415,12 +416,21 @@ mod tests {
             let model = ModelSpec::Glm(GlmSpec::example(family, 3)).build().unwrap();
             let (route, why) = choose_route(model.as_ref());
             assert_eq!(route, VariantName::Summaries);
-            let releases = if family == Family::Gaussian { 1 } else { 5 };
-            assert!(why.contains(&format!("{releases} releases once")), "{why}");
+            let releases = if family == Family::Gaussian {
+                "1 release"
+            } else {
+                "5 releases"
+            };
+            assert!(why.contains(&format!("{releases} once")), "{why}");
         }
         let (route, why) = choose_route(ModelSpec::flat_banana(2).build().unwrap().as_ref());
         assert_eq!(route, VariantName::Penalty);
         assert!(why.contains("the banana model has no summaries"), "{why}");
+        // With public bounds on its columns the banana's sum of rows is its summary.
+        let bounded = ModelSpec::flat_banana(2).with_predictive_bounds(6.0);
+        let (route, why) = choose_route(bounded.build().unwrap().as_ref());
+        assert_eq!(route, VariantName::Summaries);
+        assert!(why.contains("1 release once"), "{why}");
         let config: RunConfig = toml::from_str(
             "insecure = true\n[sampler]\n[[parties]]\nname = \"a\"\naddress = \"http://127.0.0.1:1\"\ntoken_file = \"t\"\n",
         )

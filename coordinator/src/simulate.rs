@@ -29,6 +29,11 @@ use crate::job::{self, Inits, JobSettings, Start};
 use crate::output::{self, Report, summary::ExactReference};
 use crate::variant::{HmcOptions, Variant, VariantName};
 
+/// The public box a gaussian or banana preset is given on the summaries route: this many sds
+/// of its prior predictive either side of its mean (a simulated row beyond it would be
+/// refused at load; at the presets' true θ none comes near).
+const PRESET_BOX_SDS: f64 = 6.0;
+
 /// Model presets selectable by name (Räisä 2020, Table 5.1; Heikkilä et al. 2019). Each
 /// brings the thesis's rows and, for the full-data DP penalty, its τ, walk sd and clip
 /// (flags override them).
@@ -407,6 +412,12 @@ impl Simulation {
             },
         )
         .map_err(anyhow::Error::msg)?;
+        // A preset's rows are unbounded; the summaries route needs a public box, and the
+        // prior predictive's gives one without looking at the rows.
+        let spec = match (variant, preset) {
+            (Variant::Summaries, Some(_)) => spec.with_predictive_bounds(PRESET_BOX_SDS),
+            _ => spec,
+        };
         let proposal = args.proposal.unwrap_or_default();
         variant
             .check_proposal(proposal)
@@ -789,7 +800,7 @@ async fn federate(
             model.name()
         );
     }
-    if sim.job.variant.per_iteration() && model.quadratic_summaries().is_some() {
+    if sim.job.variant.per_iteration() && model.summaries().is_some() {
         report.table += &format!(
             "\nthe summaries route applies to the {} model: `--variant summaries` pays once, for a few releases of summaries, and then samples their noise-aware posterior until every chain converges; here each of the {} iterations paid its own release (README, \"Choosing the route\")\n",
             model.name(),

@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use fedmcmc_common::accountant;
 use fedmcmc_common::models::Model;
+use fedmcmc_common::models::summaries::quadratic;
+use fedmcmc_common::noise_aware::LogDensity;
 use fedmcmc_common::noise_aware::hmc::{self, Sampled, Settings};
-use fedmcmc_common::noise_aware::quadratic::{QuadraticPosterior, Release};
-use fedmcmc_common::noise_aware::rounds::{Rounds, Schedule};
+use fedmcmc_common::noise_aware::means::MeanPosterior;
+use fedmcmc_common::noise_aware::quadratic::{Approximation, QuadraticPosterior};
+use fedmcmc_common::noise_aware::rounds::{Final, Rounds, Schedule};
 use fedmcmc_common::proposal::ProposalKind;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -28,7 +31,7 @@ use crate::variant::Variant;
 pub fn schedule(model: &dyn Model) -> Result<Schedule, String> {
     Schedule::default_for(model).ok_or_else(|| {
         format!(
-            "the {} model has no summaries: the summaries route serves the GLMs; choose a per-iteration variant (--variant penalty, hmc, …)",
+            "the {} model has no summaries: the summaries route serves the GLMs, and gaussian and banana models with public bounds on their columns; choose a per-iteration variant (--variant penalty, hmc, …)",
             model.name()
         )
     })
@@ -106,21 +109,19 @@ pub async fn run<P: PartyHandle>(
     let released = release(federation, &model, schedule, stop).await;
     // Close at once, also after a failure: the sampling needs no party.
     let closed = federation.close().await?;
-    let (release, rounds_line) = released?;
+    let (fin, rounds_line) = released?;
 
-    let posterior = QuadraticPosterior::new(Arc::clone(&model), release.clone());
-    let initial = posterior.initial();
-    let inits = dispersed(&initial, &release, settings);
-    let start = initial[..model.dim()].to_vec();
+    let rows = parties.iter().map(|p| p.rows).sum();
+    let start = Start::of(&model, &fin, rows, settings);
+    let d = model.dim();
     let seeds: Vec<u64> = (0..settings.chains)
         .map(|c| chain_seed(settings.seed, c))
         .collect();
-    let d = model.dim();
     let hmc_settings = Settings::default();
     let sampled = tokio::task::spawn_blocking({
-        let inits = inits.clone();
+        let (target, inits) = (start.target, start.inits.clone());
         move || {
-            hmc::sample_until_converged(&posterior, inits, &seeds, hmc_settings, &|x| {
+            hmc::sample_until_converged(target.as_ref(), inits, &seeds, hmc_settings, &|x| {
                 x[..d].to_vec()
             })
         }
@@ -141,13 +142,10 @@ pub async fn run<P: PartyHandle>(
         seed: settings.seed,
         penalise: false,
     };
-    let traces = traces(&sampled, d, release.noise_variance, &sampler);
+    let traces = traces(&sampled, d, fin.noise_variance, &sampler);
     let inits = Inits {
-        points: inits.iter().map(|x| x[..d].to_vec()).collect(),
-        label: format!(
-            "the mode of the final summary's plug-in posterior {:?}, each chain's θ spread by twice its sds",
-            start
-        ),
+        points: start.inits.iter().map(|x| x[..d].to_vec()).collect(),
+        label: start.label,
     };
     comments.push(("init".to_string(), inits.label.clone()));
     comments.extend(output::job_comments(&sampler, &parties, &grants, &plans));
@@ -189,11 +187,8 @@ pub(crate) async fn release<P: PartyHandle>(
     model: &Arc<dyn Model>,
     schedule: Schedule,
     stop: &Stop,
-) -> anyhow::Result<(Release, String)> {
-    let entries = model
-        .quadratic_summaries()
-        .expect("a model with summaries")
-        .entries();
+) -> anyhow::Result<(Final, String)> {
+    let entries = model.summaries().expect("a model with summaries").entries();
     let mut rounds = Rounds::new(Arc::clone(model), schedule);
     let mut link = ChainLink::new(federation, 0);
     while let Some((centre, window)) = rounds.next() {
@@ -215,7 +210,7 @@ pub(crate) async fn release<P: PartyHandle>(
             .map_err(|e| anyhow::anyhow!("summary release {}: {}", e.step, e.source))?;
         rounds.record(&answer.value, answer.noise_variance);
     }
-    let release = rounds.finish().expect("every release recorded");
+    let fin = rounds.finish().expect("every release recorded");
     let pilots: Vec<String> = rounds
         .pilots()
         .iter()
@@ -226,29 +221,94 @@ pub(crate) async fn release<P: PartyHandle>(
         pilots.len(),
         pilots.join(", "),
         schedule.releases() - pilots.len() as u64,
-        release.centre,
+        fin.centre,
         rounds.final_window(),
-        release.noise_variance
+        fin.noise_variance
     );
-    Ok((release, line))
+    Ok((fin, line))
 }
 
-/// One start per chain: the sampler's `initial` point (the plug-in mode and Â's factor) with
-/// θ spread by twice the plug-in posterior's sds, from the job's seeded stream.
-fn dispersed(initial: &[f64], release: &Release, settings: &JobSettings) -> Vec<Vec<f64>> {
-    let sds = release.plug_in_sds();
-    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
-    rng.set_stream(INIT_STREAM);
-    (0..settings.chains)
-        .map(|_| {
-            let mut x = initial.to_vec();
-            for (v, sd) in x.iter_mut().zip(&sds) {
-                let z: f64 = StandardNormal.sample(&mut rng);
-                *v += 2.0 * sd * z;
+/// A point of the final summary's noise-aware posterior and its approximate sds: the mode
+/// of a quadratic summary's [`Approximation`], or θ of the mean a mean summary estimates
+/// with that estimate's sds (in u, which is θ up to the banana's shear).
+pub(crate) fn approximate(model: &Arc<dyn Model>, fin: &Final, rows: u64) -> (Vec<f64>, Vec<f64>) {
+    match quadratic(model.as_ref()) {
+        Some(_) => {
+            let approximation = Approximation::of(model.as_ref(), &fin.quadratic());
+            let sds = approximation.sds();
+            (approximation.mode, sds)
+        }
+        None => {
+            let posterior =
+                MeanPosterior::new(Arc::clone(model), &fin.value, fin.noise_variance, rows);
+            let (u, sds) = posterior.u_estimate();
+            (posterior.theta_of(u), sds)
+        }
+    }
+}
+
+/// What the sampler runs on: the noise-aware posterior of the final summary, one start
+/// per chain and the line that says where they are.
+struct Start {
+    target: Box<dyn LogDensity + Send>,
+    inits: Vec<Vec<f64>>,
+    label: String,
+}
+
+impl Start {
+    /// The target for the model's kind of summary, with one start per chain: the
+    /// approximation's point spread by twice its sds, from the job's seeded stream.
+    fn of(model: &Arc<dyn Model>, fin: &Final, rows: u64, settings: &JobSettings) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+        rng.set_stream(INIT_STREAM);
+        let mut spread = |centre: &[f64], sds: &[f64]| -> Vec<f64> {
+            centre
+                .iter()
+                .zip(sds)
+                .map(|(c, sd)| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    c + 2.0 * sd * z
+                })
+                .collect()
+        };
+        let d = model.dim();
+        match quadratic(model.as_ref()) {
+            Some(_) => {
+                let release = fin.quadratic();
+                let sds = Approximation::of(model.as_ref(), &release).sds();
+                let posterior = QuadraticPosterior::new(Arc::clone(model), release);
+                // θ first, then Â's factor, which starts where Â is.
+                let initial = posterior.initial();
+                let inits = (0..settings.chains)
+                    .map(|_| [spread(&initial[..d], &sds), initial[d..].to_vec()].concat())
+                    .collect();
+                Start {
+                    target: Box::new(posterior),
+                    inits,
+                    label: format!(
+                        "the mode of the final summary's noise-aware approximation {:?}, each chain's θ spread by twice its sds",
+                        &initial[..d]
+                    ),
+                }
             }
-            x
-        })
-        .collect()
+            None => {
+                let posterior =
+                    MeanPosterior::new(Arc::clone(model), &fin.value, fin.noise_variance, rows);
+                let (u, sds) = posterior.u_estimate();
+                let inits = (0..settings.chains)
+                    .map(|_| posterior.theta_of(spread(&u, &sds)))
+                    .collect();
+                Start {
+                    label: format!(
+                        "θ of the released mean {:?}, each chain's mean spread by twice its sds",
+                        posterior.theta_of(u)
+                    ),
+                    target: Box::new(posterior),
+                    inits,
+                }
+            }
+        }
+    }
 }
 
 /// The chains as the outputs take them: θ at every iteration, warm-up included.

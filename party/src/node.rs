@@ -314,13 +314,13 @@ impl PartyNode {
             .iter()
             .copied()
             .filter(|v| *v != SUFFICIENT_STATISTICS || self.sufficient.is_some())
-            .filter(|v| *v != SUMMARIES || self.model.quadratic_summaries().is_some())
+            .filter(|v| *v != SUMMARIES || self.model.summaries().is_some())
             .collect()
     }
 
     /// Entries of this party's summary release (0 where its model has none).
     pub fn summary_entries(&self) -> usize {
-        self.model.quadratic_summaries().map_or(0, |s| s.entries())
+        self.model.summaries().map_or(0, |s| s.entries())
     }
 
     /// The plan's mechanism, releases and noise request, or why it is refused.
@@ -342,7 +342,10 @@ impl PartyNode {
                     self.model.name()
                 )
             } else if variant == SUMMARIES {
-                format!("the {} model has no quadratic summaries", self.model.name())
+                format!(
+                    "the {} model has no summaries (a GLM has them, and a gaussian or banana model with public bounds on its columns)",
+                    self.model.name()
+                )
             } else if variants_served(Neighbours::Substitute).contains(&variant) {
                 format!(
                     "the {variant} variant's privacy bounds hold for substitute neighbours, and this party states its guarantee under {} neighbours",

@@ -1,6 +1,7 @@
-//! The summaries route's release (a quadratic summary about a public centre) on a party
-//! serving a GLM: its refusals are public decisions (neighbouring rows, the substitute at a
-//! corner of the columns' bounds, decide alike, for each family), its noise is the run's
+//! The summaries route's release (a GLM's quadratic summary about a public centre, or a
+//! bounded gaussian or banana model's sum of rows) on a party: its refusals are public
+//! decisions (neighbouring rows, the substitute at a corner of the columns' bounds, decide
+//! alike, for each GLM family and both Gaussian-likelihood models), its noise is the run's
 //! multiplier times the sensitivity the model's public bound gives at the asked centre and
 //! window, and a party whose model has no summaries refuses the variant.
 mod contract;
@@ -86,10 +87,21 @@ fn battery() -> Vec<Call> {
 }
 
 #[tokio::test]
-async fn summary_refusals_are_public_decisions_for_every_family() {
-    for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
-        let spec = ModelSpec::Glm(GlmSpec::example(family, 3));
+async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() {
+    let glms = [Family::Logistic, Family::Poisson, Family::Gaussian]
+        .map(|family| ModelSpec::Glm(GlmSpec::example(family, 3)));
+    let gaussian = ModelSpec::gaussian(
+        vec![
+            vec![2.0, 0.6, -0.3],
+            vec![0.6, 1.0, 0.2],
+            vec![-0.3, 0.2, 0.5],
+        ],
+        4.0,
+    );
+    let means = [ModelSpec::flat_banana(3), gaussian].map(|s| s.with_predictive_bounds(6.0));
+    for (k, spec) in glms.into_iter().chain(means).enumerate() {
         let model = spec.build().unwrap();
+        let family = format!("{} #{k}", model.name());
         let columns = model.columns();
         let bounds = |j: usize| columns[j].bounds.unwrap();
         // Corners of the columns' bounds: the rows that move a summary most.
@@ -137,13 +149,13 @@ async fn summary_refusals_are_public_decisions_for_every_family() {
         for (i, check) in expect {
             assert!(
                 check(&decisions[i]),
-                "{family:?} call {i}: {:?}",
+                "{family} call {i}: {:?}",
                 decisions[i]
             );
         }
         // Each release states the noise of the public bound at its centre and window:
         // σ = τ·√n·2R(centre, window), whatever the rows hold.
-        let summaries = model.quadratic_summaries().unwrap();
+        let summaries = model.summaries().unwrap();
         let multiplier = 0.5 * (ROWS as f64).sqrt();
         for (i, centre, window) in [
             (2, [0.0, 0.0, 0.0], 2.0),
@@ -151,13 +163,13 @@ async fn summary_refusals_are_public_decisions_for_every_family() {
             (16, [3.0, -4.0, 2.0], 0.0),
         ] {
             let Decision::Released { noise_variance, .. } = decisions[i] else {
-                panic!("{family:?} call {i}: {:?}", decisions[i])
+                panic!("{family} call {i}: {:?}", decisions[i])
             };
             let sigma = multiplier * 2.0 * summaries.row_bound(&centre, window);
             let got = f64::from_bits(noise_variance);
             assert!(
                 (got - sigma * sigma).abs() <= 1e-12 * got,
-                "{family:?} call {i}: {got} vs {}",
+                "{family} call {i}: {got} vs {}",
                 sigma * sigma
             );
         }
@@ -189,10 +201,7 @@ async fn a_model_without_summaries_refuses_the_variant() {
         )
         .await;
     assert!(
-        refused(
-            Code::Unimplemented,
-            "the banana model has no quadratic summaries"
-        )(&decision),
+        refused(Code::Unimplemented, "the banana model has no summaries")(&decision),
         "{decision:?}"
     );
 }

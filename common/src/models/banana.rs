@@ -8,12 +8,13 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
+use super::summaries::{MeanSummaries, Reading, RowBox, Summaries};
 use super::{
     ExactPosterior, Model, ModelError, affine, check_finite, check_positive, check_true_theta,
     default_temperature, fingerprint_of,
 };
 use crate::clip::ClippedSum;
-use crate::data::Columns;
+use crate::data::{ColumnSpec, Columns};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -36,9 +37,26 @@ pub struct BananaSpec {
     pub temperature: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub true_theta: Option<Vec<f64>>,
+    /// Public bounds [lo, hi] for each column: a party refuses rows outside them, and with
+    /// them the model has summaries (the `summaries` route); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Vec<[f64; 2]>>,
 }
 
 impl BananaSpec {
+    /// This spec with bounds `k` sds of the prior predictive either side of its mean: the
+    /// latent u ~ N(0, σ0²I), so column i ~ N(0, σ0² + σᵢ²). Wide enough that simulated rows
+    /// never leave them, for the presets.
+    pub fn with_predictive_bounds(mut self, k: f64) -> Self {
+        let sd: Vec<f64> = self
+            .lik_var
+            .iter()
+            .map(|v| (self.prior_var + v).sqrt())
+            .collect();
+        self.bounds = Some(RowBox::around(&vec![0.0; sd.len()], &sd, k));
+        self
+    }
+
     /// The thesis's flat banana (see [`super::ModelSpec::flat_banana`]).
     pub fn flat(d: usize) -> Self {
         let lik_var = (0..d)
@@ -56,6 +74,7 @@ impl BananaSpec {
             prior_var: 1000.0,
             temperature: 1.0,
             true_theta: None,
+            bounds: None,
         }
     }
 
@@ -77,7 +96,9 @@ impl BananaSpec {
         check_positive("prior_var", self.prior_var)?;
         check_positive("temperature", self.temperature)?;
         check_true_theta(&self.true_theta, d)?;
+        let row_box = RowBox::declared(&self.bounds, d)?;
         Ok(Banana {
+            row_box,
             shear: Shear {
                 a: self.a,
                 b: self.b,
@@ -138,6 +159,8 @@ pub struct Banana {
     /// Prior precision τ0 = 1/σ0².
     tau0: f64,
     temperature: f64,
+    /// The public box of the rows, if declared.
+    row_box: Option<RowBox>,
     spec: BananaSpec,
 }
 
@@ -188,12 +211,30 @@ impl Model for Banana {
         self.tau.len()
     }
 
+    fn columns(&self) -> Vec<ColumnSpec> {
+        match &self.row_box {
+            Some(b) => b.columns(),
+            None => ColumnSpec::numbered(self.dim()),
+        }
+    }
+
     fn fingerprint(&self) -> String {
         let s = &self.spec;
         fingerprint_of(&format!(
-            "banana/v1;a={:?};b={:?};m={:?};lik_var={:?};temperature={:?}",
-            s.a, s.b, s.m, s.lik_var, s.temperature
+            "banana/v1;a={:?};b={:?};m={:?};lik_var={:?};temperature={:?}{}",
+            s.a,
+            s.b,
+            s.m,
+            s.lik_var,
+            s.temperature,
+            self.row_box
+                .as_ref()
+                .map_or(String::new(), RowBox::fingerprint)
         ))
+    }
+
+    fn summaries(&self) -> Option<&dyn Summaries> {
+        self.row_box.as_ref().map(|_| self as &dyn Summaries)
     }
 
     fn temperature(&self) -> f64 {
@@ -299,5 +340,58 @@ impl ExactPosterior for BananaPosterior {
     /// The latent Gaussian density at g⁻¹(θ) (the shear has Jacobian 1).
     fn log_density(&self, theta: &[f64]) -> f64 {
         self.u.log_density(&self.shear.g_inv(theta))
+    }
+}
+
+/// With a declared box, S = T·Σ(x − c) is sufficient: the rows enter only through Σx, and
+/// the squares in (x − u)² are free of θ.
+impl Summaries for Banana {
+    fn entries(&self) -> usize {
+        self.dim()
+    }
+
+    fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .sum(data, self.temperature)
+    }
+
+    fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .row_bound(self.temperature)
+    }
+
+    fn reading(&self) -> Reading<'_> {
+        Reading::Mean(self)
+    }
+}
+
+impl MeanSummaries for Banana {
+    fn mean(&self, theta: &[f64]) -> Vec<f64> {
+        self.shear.g_inv(theta)
+    }
+
+    fn pull_back(&self, theta: &[f64], grad: &mut [f64]) {
+        self.shear.pull_back(theta, grad);
+    }
+
+    fn theta_of(&self, u: Vec<f64>) -> Vec<f64> {
+        self.shear.g(u)
+    }
+
+    fn row_covariance(&self) -> DMatrix<f64> {
+        DMatrix::from_diagonal(&DVector::from_vec(
+            self.tau.iter().map(|t| t.recip()).collect(),
+        ))
+    }
+
+    fn offset(&self) -> Vec<f64> {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .centre()
     }
 }

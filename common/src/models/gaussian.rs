@@ -7,12 +7,13 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
+use super::summaries::{MeanSummaries, Reading, RowBox, Summaries};
 use super::{
     ExactPosterior, Model, ModelError, affine, check_finite, check_len, check_positive,
     check_true_theta, default_temperature, fingerprint_of,
 };
 use crate::clip::ClippedSum;
-use crate::data::Columns;
+use crate::data::{ColumnSpec, Columns};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -31,9 +32,25 @@ pub struct GaussianSpec {
     pub temperature: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub true_theta: Option<Vec<f64>>,
+    /// Public bounds [lo, hi] for each column: a party refuses rows outside them, and with
+    /// them the model has summaries (the `summaries` route); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Vec<[f64; 2]>>,
 }
 
 impl GaussianSpec {
+    /// This spec with bounds `k` sds of the prior predictive N(m0, σ0²I + Σ) either side of
+    /// its mean: wide enough that simulated rows never leave them, for the presets.
+    pub fn with_predictive_bounds(mut self, k: f64) -> Self {
+        let d = self.cov.len();
+        let mean = self.prior_mean.clone().unwrap_or_else(|| vec![0.0; d]);
+        let sd: Vec<f64> = (0..d)
+            .map(|j| (self.prior_var + self.cov[j][j]).sqrt())
+            .collect();
+        self.bounds = Some(RowBox::around(&mean, &sd, k));
+        self
+    }
+
     pub fn build(&self) -> Result<Gaussian, ModelError> {
         let d = self.cov.len();
         if d < 1 {
@@ -61,6 +78,7 @@ impl GaussianSpec {
         check_positive("prior_var", self.prior_var)?;
         check_positive("temperature", self.temperature)?;
         check_true_theta(&self.true_theta, d)?;
+        let row_box = RowBox::declared(&self.bounds, d)?;
 
         let cov = DMatrix::from_fn(d, d, |i, j| self.cov[i][j]);
         let chol = cov.cholesky().ok_or(ModelError::NotPositiveDefinite)?;
@@ -78,6 +96,7 @@ impl GaussianSpec {
             prior_mean,
             tau0: 1.0 / self.prior_var,
             temperature: self.temperature,
+            row_box,
             spec: self.clone(),
         })
     }
@@ -95,6 +114,8 @@ pub struct Gaussian {
     /// Prior precision 1/σ0².
     tau0: f64,
     temperature: f64,
+    /// The public box of the rows, if declared.
+    row_box: Option<RowBox>,
     spec: GaussianSpec,
 }
 
@@ -149,11 +170,26 @@ impl Model for Gaussian {
         self.prior_mean.len()
     }
 
+    fn columns(&self) -> Vec<ColumnSpec> {
+        match &self.row_box {
+            Some(b) => b.columns(),
+            None => ColumnSpec::numbered(self.dim()),
+        }
+    }
+
     fn fingerprint(&self) -> String {
         fingerprint_of(&format!(
-            "gaussian/v1;cov={:?};temperature={:?}",
-            self.spec.cov, self.spec.temperature
+            "gaussian/v1;cov={:?};temperature={:?}{}",
+            self.spec.cov,
+            self.spec.temperature,
+            self.row_box
+                .as_ref()
+                .map_or(String::new(), RowBox::fingerprint)
         ))
+    }
+
+    fn summaries(&self) -> Option<&dyn Summaries> {
+        self.row_box.as_ref().map(|_| self as &dyn Summaries)
     }
 
     fn temperature(&self) -> f64 {
@@ -219,5 +255,53 @@ impl Model for Gaussian {
         let prior_mean = DVector::from_column_slice(&self.prior_mean);
         let mean = &cov * (prior_mean * self.tau0 + &self.precision * sums * t);
         Some(Box::new(MvNormal::new(mean, cov)?))
+    }
+}
+
+/// With a declared box, S = T·Σ(x − c) is sufficient: u = θ.
+impl Summaries for Gaussian {
+    fn entries(&self) -> usize {
+        self.dim()
+    }
+
+    fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .sum(data, self.temperature)
+    }
+
+    fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .row_bound(self.temperature)
+    }
+
+    fn reading(&self) -> Reading<'_> {
+        Reading::Mean(self)
+    }
+}
+
+impl MeanSummaries for Gaussian {
+    fn mean(&self, theta: &[f64]) -> Vec<f64> {
+        theta.to_vec()
+    }
+
+    fn pull_back(&self, _theta: &[f64], _grad: &mut [f64]) {}
+
+    fn theta_of(&self, u: Vec<f64>) -> Vec<f64> {
+        u
+    }
+
+    fn row_covariance(&self) -> DMatrix<f64> {
+        DMatrix::from_fn(self.dim(), self.dim(), |i, j| self.spec.cov[i][j])
+    }
+
+    fn offset(&self) -> Vec<f64> {
+        self.row_box
+            .as_ref()
+            .expect("summaries need the box")
+            .centre()
     }
 }

@@ -29,7 +29,7 @@ pub use glm::{Family, Glm, GlmColumn, GlmSpec};
 pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
 pub use mixture::{Mixture, MixtureSpec};
 pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};
-pub use summaries::QuadraticSummaries;
+pub use summaries::{MeanSummaries, QuadraticSummaries, Reading, RowBox, Summaries};
 
 /// A Bayesian model with a tempered likelihood: the target is p(θ) · Π_x p(x|θ)^T.
 /// Object safe: parties and coordinator hold an `Arc<dyn Model>`.
@@ -148,9 +148,9 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn sufficient_statistics(&self) -> Option<&dyn SufficientStatistics> {
         None
     }
-    /// The model's quadratic summaries ([`QuadraticSummaries`]: the `summaries` route), if
-    /// it has them; `None` (the default) where it has none.
-    fn quadratic_summaries(&self) -> Option<&dyn QuadraticSummaries> {
+    /// The model's summaries ([`Summaries`]: the `summaries` route), if it has them; `None`
+    /// (the default) where it has none.
+    fn summaries(&self) -> Option<&dyn Summaries> {
         None
     }
     /// `n` rows drawn from the (untempered) likelihood p(x|θ).
@@ -363,7 +363,22 @@ impl ModelSpec {
             prior_var,
             temperature: 1.0,
             true_theta: None,
+            bounds: None,
         })
+    }
+
+    /// A gaussian or banana spec without bounds given bounds `k` sds of its prior predictive
+    /// either side (so that it has summaries); any other spec unchanged.
+    pub fn with_predictive_bounds(self, k: f64) -> Self {
+        match self {
+            ModelSpec::Gaussian(s) if s.bounds.is_none() => {
+                ModelSpec::Gaussian(s.with_predictive_bounds(k))
+            }
+            ModelSpec::Banana(s) if s.bounds.is_none() => {
+                ModelSpec::Banana(s.with_predictive_bounds(k))
+            }
+            other => other,
+        }
     }
 
     /// Validate the hyperparameters and build the model.

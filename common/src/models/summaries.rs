@@ -1,35 +1,176 @@
-//! Quadratic summaries: what the `summaries` route releases, once or a few times per run,
-//! instead of one noisy statistic per iteration (Kulkarni et al. 2021; Huggins, Adams &
-//! Broderick 2017, PASS-GLM).
+//! Summaries: what the `summaries` route releases, once or a few times per run, instead of
+//! one noisy statistic per iteration (Bernstein & Sheldon 2018; Kulkarni et al. 2021). Every
+//! model that has them gives the party one interface, [`Summaries`]: the summed vector about
+//! a public centre and a public bound on one row's part of it. How the coordinator reads the
+//! vector is the model's [`Reading`]:
 //!
-//! Around a public centre θ_r each row's log-likelihood is replaced by a quadratic in its
-//! linear predictor η = x̃ᵀθ: with c = x̃ᵀθ_r and b the family's cumulant function,
-//! b(c + t) ≈ b(c) + b₁t + b₂t² for |t| ≤ h (a degree-2 Chebyshev projection over the window
-//! h; h = 0 is the Taylor expansion, the exact local curvature), so
-//! T·ℓ(x|θ) ≈ const + β·x̃ᵀΔ − ½γ·(x̃ᵀΔ)², Δ = θ − θ_r, β = T(y − b₁)/φ, γ = 2T·b₂/φ.
-//! The summed summary is then g = Σ β x̃ and A = Σ γ x̃x̃ᵀ: the whole data set's quadratic
-//! log-likelihood gᵀΔ − ½ΔᵀAΔ, released as one vector (g, the upper triangle of A) whose
-//! rows are bounded by public facts alone. For the gaussian family b is quadratic and the
-//! summary exact at any centre.
-use crate::data::Columns;
+//! - **Quadratic summaries** (the GLMs; Huggins, Adams & Broderick 2017, PASS-GLM). Around a
+//!   public centre θ_r each row's log-likelihood is replaced by a quadratic in its linear
+//!   predictor η = x̃ᵀθ: with c = x̃ᵀθ_r and b the family's cumulant function,
+//!   b(c + t) ≈ b(c) + b₁t + b₂t² for |t| ≤ h (a degree-2 Chebyshev projection over the
+//!   window h; h = 0 is the Taylor expansion, the exact local curvature), so
+//!   T·ℓ(x|θ) ≈ const + β·x̃ᵀΔ − ½γ·(x̃ᵀΔ)², Δ = θ − θ_r, β = T(y − b₁)/φ, γ = 2T·b₂/φ.
+//!   The summed summary is then g = Σ β x̃ and A = Σ γ x̃x̃ᵀ: the whole data set's quadratic
+//!   log-likelihood gᵀΔ − ½ΔᵀAΔ, released as one vector (g, the upper triangle of A) whose
+//!   rows are bounded by public facts alone. For the gaussian family b is quadratic and the
+//!   summary exact at any centre.
+//! - **Mean summaries** (the Gaussian-likelihood models x ~ N(u(θ), Σ) with Σ known: the
+//!   `gaussian` model, u = θ, and the banana, u = g⁻¹(θ)). Their rows enter the
+//!   log-likelihood only through Σx (the squares are free of θ), an exact sufficient
+//!   statistic: the release is S = T·Σ(x − c) over rows within a public box whose centre is
+//!   c, and needs no centre of its own.
+use nalgebra::DMatrix;
 
-pub trait QuadraticSummaries: Send + Sync {
-    /// Entries of the released vector: d for g, then d(d+1)/2 for A's upper triangle (row
-    /// by row: A₁₁, A₁₂, …, A₁d, A₂₂, …).
+use super::ModelError;
+use crate::data::{ColumnSpec, Columns};
+
+/// What a party releases on the summaries route, whatever its reading.
+pub trait Summaries: Send + Sync {
+    /// Entries of the released vector.
     fn entries(&self) -> usize;
+    /// The summed summary over the rows of `data`, about `centre` with `window` (≥ 0), each
+    /// row's part within [`Summaries::row_bound`] whatever the row holds.
+    fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64>;
+    /// A public bound on the norm of one row's part of the summary about `centre` with
+    /// `window`, from the column bounds and hyperparameters alone.
+    fn row_bound(&self, centre: &[f64], window: f64) -> f64;
+    /// How the coordinator reads the release.
+    fn reading(&self) -> Reading<'_>;
+}
+
+/// The two kinds of summary, as the coordinator reads them.
+pub enum Reading<'a> {
+    Quadratic(&'a dyn QuadraticSummaries),
+    Mean(&'a dyn MeanSummaries),
+}
+
+/// The model's quadratic summaries, if its summaries are of that kind.
+pub fn quadratic(model: &dyn super::Model) -> Option<&dyn QuadraticSummaries> {
+    match model.summaries()?.reading() {
+        Reading::Quadratic(q) => Some(q),
+        Reading::Mean(_) => None,
+    }
+}
+
+/// The GLMs' summaries: (g, upper A) about the centre.
+pub trait QuadraticSummaries: Summaries {
     /// True when the quadratic is the log-likelihood itself (the gaussian family): one
     /// release at any centre is then exact.
     fn exact(&self) -> bool;
-    /// The summed summary (g, upper A) over the rows of `data`, about `centre` with window
-    /// `window` (≥ 0). Each row's β and γ are clipped to the public caps that
-    /// [`QuadraticSummaries::row_bound`] uses, so the bound holds whatever the rows hold.
-    fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64>;
-    /// A public bound on one row's contribution ‖(βx̃, upper(γx̃x̃ᵀ))‖₂ about `centre` with
-    /// `window`, from the column bounds and hyperparameters alone.
-    fn row_bound(&self, centre: &[f64], window: f64) -> f64;
     /// max |x̃ᵀδ| over the public box of covariates: how far a move δ of θ moves any row's
     /// linear predictor.
     fn reach(&self, delta: &[f64]) -> f64;
+}
+
+/// The Gaussian-likelihood models' summaries: S = T·Σ(x − c) over rows within the public
+/// box, whatever the query's centre. Under the model Σ(x − c) | θ ~ N(n(u(θ) − c), nΣ/T) in
+/// the tempered sense (its density in θ is the tempered likelihood's), so the release
+/// Ŝ = S + e, e ~ N(0, σ²I), has Ŝ | θ ~ N(T·n(u(θ) − c), T·nΣ + σ²I): the exact
+/// noise-aware likelihood (Bernstein & Sheldon 2018, Sec. 3, for a Gaussian family and the
+/// Gaussian mechanism, where the convolution is closed form).
+pub trait MeanSummaries: Summaries {
+    /// u(θ), the rows' mean.
+    fn mean(&self, theta: &[f64]) -> Vec<f64>;
+    /// Turns ∂f/∂u in `grad` into ∂f/∂θ in place (Jᵀ of u at θ).
+    fn pull_back(&self, theta: &[f64], grad: &mut [f64]);
+    /// θ with u(θ) = `u`.
+    fn theta_of(&self, u: Vec<f64>) -> Vec<f64>;
+    /// The rows' covariance Σ.
+    fn row_covariance(&self) -> DMatrix<f64>;
+    /// c, the box's centre.
+    fn offset(&self) -> Vec<f64>;
+}
+
+/// A public box for a model's rows: per column [lo, hi]. The mean summaries of the
+/// Gaussian-likelihood models are sums over it, about its centre.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowBox {
+    pub bounds: Vec<[f64; 2]>,
+}
+
+impl RowBox {
+    /// The box a spec declares (`bounds`, one [lo, hi] per column), checked: `None` when it
+    /// declares none.
+    pub fn declared(bounds: &Option<Vec<[f64; 2]>>, d: usize) -> Result<Option<Self>, ModelError> {
+        let Some(bounds) = bounds else {
+            return Ok(None);
+        };
+        if bounds.len() != d {
+            return Err(ModelError::LengthMismatch {
+                field: "bounds",
+                expected: d,
+                got: bounds.len(),
+            });
+        }
+        for (j, &[lo, hi]) in bounds.iter().enumerate() {
+            if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                return Err(ModelError::Bounds {
+                    column: format!("x{}", j + 1),
+                    lo,
+                    hi,
+                });
+            }
+        }
+        Ok(Some(RowBox {
+            bounds: bounds.clone(),
+        }))
+    }
+
+    /// The box `mean ± k·sd`, column by column: for a preset, the prior predictive's central
+    /// region, so that no simulated row falls outside it.
+    pub fn around(mean: &[f64], sd: &[f64], k: f64) -> Vec<[f64; 2]> {
+        mean.iter()
+            .zip(sd)
+            .map(|(m, s)| [m - k * s, m + k * s])
+            .collect()
+    }
+
+    /// `x1 … xd` with these bounds: a party refuses at load a row outside them.
+    pub fn columns(&self) -> Vec<ColumnSpec> {
+        ColumnSpec::numbered(self.bounds.len())
+            .into_iter()
+            .zip(&self.bounds)
+            .map(|(c, &b)| ColumnSpec {
+                bounds: Some(b),
+                ..c
+            })
+            .collect()
+    }
+
+    /// The part of a fingerprint that says the rows are bounded, and how.
+    pub fn fingerprint(&self) -> String {
+        format!(";bounds={:?}", self.bounds)
+    }
+
+    /// c, the box's centre.
+    pub fn centre(&self) -> Vec<f64> {
+        self.bounds.iter().map(|[lo, hi]| 0.5 * (lo + hi)).collect()
+    }
+
+    /// T·Σ(clamp(x) − c) column by column: each value is clamped to its bounds (a party
+    /// refuses rows outside them at load, so the clamp only keeps the bound by
+    /// construction), so one row's part has norm at most [`RowBox::row_bound`].
+    pub fn sum(&self, data: &Columns, temperature: f64) -> Vec<f64> {
+        self.bounds
+            .iter()
+            .enumerate()
+            .map(|(j, &[lo, hi])| {
+                let c = 0.5 * (lo + hi);
+                temperature * data.col(j).iter().map(|x| x.clamp(lo, hi) - c).sum::<f64>()
+            })
+            .collect()
+    }
+
+    /// T·‖half-widths‖₂ with a relative margin for rounding: the most one row's part of
+    /// [`RowBox::sum`] can weigh.
+    pub fn row_bound(&self, temperature: f64) -> f64 {
+        let half: f64 = self
+            .bounds
+            .iter()
+            .map(|[lo, hi]| (0.5 * (hi - lo)).powi(2))
+            .sum();
+        temperature * half.sqrt() * (1.0 + 1e-12)
+    }
 }
 
 /// Index of A's entry (a, b), a ≤ b, in the released upper triangle (after the d entries of g).

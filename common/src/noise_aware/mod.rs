@@ -4,8 +4,10 @@
 //! and their public noise variance. Treating them as exact (the plug-in posterior) is
 //! over-confident; the noise-aware posterior treats the true sums as latent and integrates
 //! the noise (Bernstein & Sheldon 2018; Kulkarni et al. 2021): `quadratic` holds it for the
-//! quadratic summaries, `hmc` samples it with exact gradients, at no further privacy cost.
+//! GLMs' quadratic summaries, `means` for the Gaussian-likelihood models' exact sums, `hmc`
+//! samples either with exact gradients, at no further privacy cost.
 pub mod hmc;
+pub mod means;
 pub mod quadratic;
 pub mod rounds;
 

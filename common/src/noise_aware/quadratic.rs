@@ -44,52 +44,114 @@ impl Release {
         self.centre.len()
     }
 
-    /// The approximate posterior covariance of θ given this summary: with Â made positive
-    /// definite, Â⁻¹(Â + σ²I)Â⁻¹ = Â⁻¹ + σ²Â⁻², the sampling spread of the score plus its
-    /// noise carried through the Newton step (ignoring the prior and A's own noise).
-    fn covariance(&self) -> Option<DMatrix<f64>> {
-        let inv = positive_definite(&self.a_matrix(), floor_of(self)).try_inverse()?;
-        Some(&inv + &inv * &inv * self.noise_variance)
+    fn a_matrix(&self) -> DMatrix<f64> {
+        let d = self.dim();
+        DMatrix::from_fn(d, d, |i, j| self.a[i][j])
     }
+}
 
-    /// The plug-in posterior's sds: the square roots of the diagonal of Â⁻¹, Â made positive
-    /// definite. Where chains start is spread by them.
-    pub fn plug_in_sds(&self) -> Vec<f64> {
-        let a = positive_definite(&self.a_matrix(), floor_of(self));
-        match a.try_inverse() {
-            Some(inv) => (0..self.dim()).map(|i| inv[(i, i)].sqrt()).collect(),
-            None => vec![0.0; self.dim()],
+/// The Gaussian approximation of the noise-aware posterior of one release with A held at Â
+/// (made positive definite) and the prior's curvature at the centre: ĝ ~ N(AΔ, C),
+/// C = A + σ²I, so the precision is H = AC⁻¹A + P and the mode θ_r + H⁻¹(AC⁻¹ĝ + ∇ln p(θ_r)).
+/// Without noise this is one Newton step on the released quadratic; as the noise grows the
+/// step shrinks towards the prior's mode instead of following a noisy ĝ, and the covariance
+/// H⁻¹ widens only as far as the prior lets it. The pilots step to its mode and size the
+/// finals' window by its covariance.
+#[derive(Clone, Debug)]
+pub struct Approximation {
+    pub centre: Vec<f64>,
+    pub mode: Vec<f64>,
+    pub precision: DMatrix<f64>,
+}
+
+impl Approximation {
+    pub fn of(model: &dyn Model, release: &Release) -> Self {
+        let d = release.dim();
+        // Noise can make Â indefinite; a direction it does not measure gets no curvature
+        // (an eigenvalue floor of σ would claim a precision of about 1 there), only enough
+        // that C stays invertible without noise.
+        let a_hat = release.a_matrix();
+        let scale = a_hat.diagonal().amax().max(1.0);
+        let a = positive_definite(&a_hat, 1e-12 * scale);
+        let c = &a + DMatrix::identity(d, d) * release.noise_variance;
+        let a_c_inv = c
+            .cholesky()
+            .expect("A + σ²I is positive definite")
+            .solve(&a)
+            .transpose();
+        let (prior_grad, prior_curvature) = prior_quadratic(model, &release.centre);
+        let precision = &a_c_inv * &a + prior_curvature;
+        let rhs = &a_c_inv * DVector::from_column_slice(&release.g) + prior_grad;
+        let step = match precision.clone().cholesky() {
+            Some(chol) => chol.solve(&rhs),
+            None => a.clone().cholesky().expect("positive definite").solve(&rhs),
+        };
+        Approximation {
+            mode: release
+                .centre
+                .iter()
+                .zip(step.iter())
+                .map(|(c, s)| c + s)
+                .collect(),
+            centre: release.centre.clone(),
+            precision,
         }
     }
 
-    /// √(ΔᵀC⁻¹Δ) for Δ = `to` − centre and C the [`Release::covariance`]: about how many
-    /// posterior sds apart the two points are.
+    /// √(ΔᵀHΔ) for Δ = `to` − centre: about how many posterior sds apart the two points are.
     pub fn step_length(&self, to: &[f64]) -> f64 {
-        let Some(c) = self.covariance().and_then(|c| c.try_inverse()) else {
-            return f64::INFINITY;
-        };
-        let delta = DVector::from_fn(self.dim(), |i, _| to[i] - self.centre[i]);
-        delta.dot(&(&c * &delta)).sqrt()
+        let delta = DVector::from_fn(to.len(), |i, _| to[i] - self.centre[i]);
+        delta.dot(&(&self.precision * &delta)).sqrt()
     }
 
-    /// A bound on the sd of a row's linear predictor x̃ᵀθ under N(·, C), C the
-    /// [`Release::covariance`], over the covariates' box |x̃ₐ| ≤ mₐ: √(Σₐᵦ mₐ m_b |Cₐᵦ|).
+    /// The covariance H⁻¹, if H is invertible.
+    fn covariance(&self) -> Option<DMatrix<f64>> {
+        self.precision.clone().try_inverse()
+    }
+
+    /// The marginal sds of θ, √diag(H⁻¹): where chains start is spread by them.
+    pub fn sds(&self) -> Vec<f64> {
+        match self.covariance() {
+            Some(c) => (0..c.nrows()).map(|i| c[(i, i)].max(0.0).sqrt()).collect(),
+            None => vec![0.0; self.mode.len()],
+        }
+    }
+
+    /// A bound on the sd of a row's linear predictor x̃ᵀθ under N(mode, H⁻¹), over the
+    /// covariates' box |x̃ₐ| ≤ mₐ: √(Σₐᵦ mₐ m_b |Cₐᵦ|).
     pub fn predictor_sd(&self, m: &[f64]) -> f64 {
         let Some(c) = self.covariance() else {
             return f64::INFINITY;
         };
-        let d = self.dim();
+        let d = m.len();
         (0..d)
             .flat_map(|i| (0..d).map(move |j| (i, j)))
             .map(|(i, j)| m[i] * m[j] * c[(i, j)].abs())
             .sum::<f64>()
             .sqrt()
     }
+}
 
-    fn a_matrix(&self) -> DMatrix<f64> {
-        let d = self.dim();
-        DMatrix::from_fn(d, d, |i, j| self.a[i][j])
+/// The prior's gradient at `centre` and its curvature −∇² ln p from the gradient at unit
+/// moves (exact for the GLMs' normal priors).
+fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
+    let d = centre.len();
+    let mut base = vec![0.0; d];
+    model.grad_log_prior(centre, &mut base);
+    let mut curvature = DMatrix::zeros(d, d);
+    let mut moved = vec![0.0; d];
+    for j in 0..d {
+        let mut t = centre.to_vec();
+        t[j] += 1.0;
+        model.grad_log_prior(&t, &mut moved);
+        for i in 0..d {
+            curvature[(i, j)] = base[i] - moved[i];
+        }
     }
+    (
+        DVector::from_vec(base),
+        (&curvature + curvature.transpose()) * 0.5,
+    )
 }
 
 /// Â with its eigenvalues raised to at least `floor`: the nearest positive definite matrix
@@ -104,40 +166,6 @@ pub fn positive_definite(a: &DMatrix<f64>, floor: f64) -> DMatrix<f64> {
 /// below it is not measured), and never zero.
 fn floor_of(release: &Release) -> f64 {
     release.noise_variance.sqrt().max(1e-12)
-}
-
-/// The plug-in posterior's mode, θ_r + Δ with Δ maximising ĝᵀΔ − ½ΔᵀÂΔ + ln p(θ_r + Δ) for
-/// the prior's Gaussian curvature at its mode: one Newton step from the centre on the
-/// released quadratic, with Â made positive definite. Where the next summary is centred.
-pub fn newton_step(model: &dyn Model, release: &Release) -> Vec<f64> {
-    let d = release.dim();
-    let a = positive_definite(&release.a_matrix(), floor_of(release));
-    // The prior's curvature from its gradient at the centre and at unit moves (exact for
-    // the GLMs' normal priors).
-    let mut base = vec![0.0; d];
-    model.grad_log_prior(&release.centre, &mut base);
-    let mut curvature = DMatrix::zeros(d, d);
-    let mut moved = vec![0.0; d];
-    for j in 0..d {
-        let mut t = release.centre.clone();
-        t[j] += 1.0;
-        model.grad_log_prior(&t, &mut moved);
-        for i in 0..d {
-            curvature[(i, j)] = base[i] - moved[i];
-        }
-    }
-    let curvature = (&curvature + curvature.transpose()) * 0.5;
-    let rhs = DVector::from_fn(d, |i, _| release.g[i] + base[i]);
-    let step = match (&a + &curvature).cholesky() {
-        Some(c) => c.solve(&rhs),
-        None => a.clone().cholesky().expect("positive definite").solve(&rhs),
-    };
-    release
-        .centre
-        .iter()
-        .zip(step.iter())
-        .map(|(c, s)| c + s)
-        .collect()
 }
 
 /// The noise-aware posterior p(θ, A | ĝ, Â) of the module's comment, on x = (θ, L).
@@ -171,11 +199,11 @@ impl QuadraticPosterior {
         &x[..self.d()]
     }
 
-    /// A point to start from: θ the plug-in Newton step's, L the Cholesky factor of Â made
-    /// positive definite.
+    /// A point to start from: θ the [`Approximation`]'s mode, L the Cholesky factor of Â
+    /// made positive definite.
     pub fn initial(&self) -> Vec<f64> {
         let d = self.d();
-        let mut x = newton_step(self.model.as_ref(), &self.release);
+        let mut x = Approximation::of(self.model.as_ref(), &self.release).mode;
         let a = positive_definite(&self.a_hat, floor_of(&self.release));
         let l = a.cholesky().expect("positive definite").l();
         for i in 0..d {
@@ -378,18 +406,45 @@ mod tests {
     }
 
     #[test]
-    fn a_newton_step_solves_the_released_quadratic_with_the_prior() {
+    fn the_approximation_solves_the_noisy_quadratic_with_the_prior() {
         let (model, release) = release();
-        let next = newton_step(model.as_ref(), &release);
-        // At the step, ĝ − Â(θ − θ_r) + ∇ ln p(θ) = 0.
+        let a = release.a_matrix();
+        let c = &a + DMatrix::identity(3, 3) * release.noise_variance;
+        let solve = |release: &Release| Approximation::of(model.as_ref(), release).mode;
+        // At the mode, AC⁻¹(ĝ − AΔ) + ∇ ln p(θ) = 0 (the prior is normal, so its gradient
+        // at the mode is the centre's moved by its curvature).
+        let next = solve(&release);
+        let delta = DVector::from_fn(3, |i, _| next[i] - release.centre[i]);
+        let r = DVector::from_column_slice(&release.g) - &a * &delta;
+        let score = &a * c.cholesky().unwrap().solve(&r);
         let mut prior = vec![0.0; 3];
         model.grad_log_prior(&next, &mut prior);
-        for (i, p) in prior.iter().enumerate() {
-            let a_delta: f64 = (0..3)
-                .map(|j| release.a[i][j] * (next[j] - release.centre[j]))
-                .sum();
-            let residual = release.g[i] - a_delta + p;
-            assert!(residual.abs() < 1e-9, "{i}: {residual}");
+        for i in 0..3 {
+            assert!(
+                (score[i] + prior[i]).abs() < 1e-9,
+                "{i}: {}",
+                score[i] + prior[i]
+            );
+        }
+        // Without noise it is the Newton step on ĝᵀΔ − ½ΔᵀÂΔ + ln p; with overwhelming
+        // noise the released quadratic says nothing and the mode is the prior's.
+        let exact = solve(&Release {
+            noise_variance: 0.0,
+            ..release.clone()
+        });
+        let newton = {
+            let mut prior = vec![0.0; 3];
+            model.grad_log_prior(&exact, &mut prior);
+            let delta = DVector::from_fn(3, |i, _| exact[i] - release.centre[i]);
+            DVector::from_column_slice(&release.g) - &a * &delta + DVector::from_vec(prior)
+        };
+        assert!(newton.norm() < 1e-9, "{newton}");
+        let drowned = solve(&Release {
+            noise_variance: 1e16,
+            ..release.clone()
+        });
+        for (m, p) in drowned.iter().zip(model.prior_mode()) {
+            assert!((m - p).abs() < 1e-6, "{m} vs the prior's {p}");
         }
     }
 }

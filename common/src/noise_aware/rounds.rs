@@ -9,42 +9,44 @@
 //!   biased away from the window's centre, so it only gives a rough θ₁. A row whose
 //!   predictor lies outside its window is summarised by the same polynomial, less well.
 //! - Each further pilot is the gradient and negative Hessian at the current centre (window
-//!   0, exact local curvature): a private Newton step. No step moves any row's predictor by
-//!   more than [`TRUST_RADIUS`], so a noisy or far-off quadratic cannot throw the centre
-//!   away. Piloting stops once a step is shorter than [`SETTLED`] posterior sds, or when one
-//!   release is left.
+//!   0, exact local curvature), and the next centre is the mode of its noise-aware Gaussian
+//!   approximation ([`Approximation`]): a private Newton step that shrinks towards the
+//!   prior as far as the release's noise drowns its curvature. No step moves the linear
+//!   predictor by more than [`TRUST_RADIUS`], measured over the covariates' box
+//!   coefficient by coefficient (√Σ(mₐΔₐ)², mₐ = max |x̃ₐ|), so a noisy or far-off quadratic
+//!   cannot throw the centre away. Piloting stops once a step is shorter than [`SETTLED`]
+//!   posterior sds, or when one release is left.
 //! - The final releases, all at the last centre, are averaged: m releases at one noise
 //!   multiplier s compose exactly like one at s/√m (Gaussian privacy losses add), so the
 //!   average has the noise of one release with m of the run's shares. Their window is
-//!   [`FINAL_SPREAD`] sds of the linear predictor under the last pilot's approximate
-//!   posterior (at most [`MAX_FINAL_WINDOW`]): where the posterior is narrow this is
-//!   Taylor's expansion at the mode, and where noise or few rows make it wide, the quadratic
-//!   is fitted over the predictors the posterior covers instead of one point's curvature.
-//!   (On a logistic GLM with θ drawn from N(0, 1), 3 000 rows and ε = 1, finals at window 0
-//!   left posterior means pulled towards the centre and 90 % intervals covering 73 %; with
-//!   the spread window, 85 % over the same 40 repetitions.)
+//!   [`FINAL_SPREAD`] sds of the linear predictor under the last pilot's approximation (at
+//!   most [`MAX_FINAL_WINDOW`]): where the posterior is narrow this is Taylor's expansion at
+//!   the mode, and where noise or few rows make it wide, the quadratic is fitted over the
+//!   predictors the posterior covers instead of one point's curvature. (On a logistic GLM
+//!   with θ drawn from N(0, 1), 3 000 rows and ε = 1, finals at window 0 left posterior
+//!   means pulled towards the centre and 90 % intervals covering 73 %; with the spread
+//!   window, 85 % over the same 40 repetitions.)
 //!
-//! For a model whose summary is exact (the gaussian GLM) one release at the prior's mode is
-//! all there is. Everything here is post-processing of releases.
+//! For a model whose summary is exact (the gaussian GLM, and the mean summaries of the
+//! Gaussian-likelihood models) one release at the prior's mode is all there is. Everything
+//! here is post-processing of releases.
 //!
-//! The defaults were chosen on simulated GLMs without noise (d = 5, 20 000 rows, θ = (0.5,
-//! 1, −0.5, 0.25, −0.125)): a first window of 0, 2 or 9 (the reach of ±1 on every
+//! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
+//! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
 //! coefficient) put the logistic intercept at 0.38, 0.44 and 1.07 after the first pilot, the
 //! mode's being 0.52 (9 overshoots, and the Newton steps after it oscillate); with h = 2 two
 //! pilots leave the final quadratic's mode within 0.1 posterior sd of the exact one for
-//! both the logistic and the poisson family.
-//! - The final releases, all at the last centre, are averaged: m releases at one noise
-//!   multiplier s compose exactly like one at s/√m (Gaussian privacy losses add), so the
-//!   average has the noise of one release with m of the run's shares. Near the mode the
-//!   local quadratic's error is of third order in the posterior's width.
-//!
-//! For a model whose summary is exact (the gaussian GLM) one release at the prior's mode is
-//! all there is. Everything here is post-processing of releases.
+//! both the logistic and the poisson family. With θ drawn from N(0, 1) (d = 6, 100 000 rows,
+//! almost no noise), a trust radius of 4 at the box's corner, max |x̃ᵀΔ|, held the pilots
+//! short of the mode and the 90 % intervals covered 87 % (z-scores' rms 1.39); measured
+//! coefficient by coefficient, 89 % (rms 1.02). Plain Newton pilots followed ĝ's noise: on
+//! the poisson GLM with 2 000 rows at ε = 10 they covered 77 %, the noise-aware steps 87 %.
+
 use std::sync::Arc;
 
-use super::quadratic::{Release, newton_step};
-use crate::models::Model;
-use crate::models::summaries::split_summary;
+use super::quadratic::{Approximation, Release};
+use crate::models::summaries::{Reading, quadratic, split_summary};
+use crate::models::{Model, QuadraticSummaries};
 
 /// How many releases go where.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -74,7 +76,8 @@ pub const MAX_FINAL_WINDOW: f64 = 4.0;
 pub const SETTLED: f64 = 1.0;
 /// The first pilot's Chebyshev window in the linear predictor when none is given.
 pub const DEFAULT_WINDOW: f64 = 2.0;
-/// The most a Newton step of the pilots may move any row's linear predictor.
+/// The most a step of the pilots may move the linear predictor, √Σ(mₐΔₐ)² with mₐ the
+/// covariates' bound on coefficient a.
 pub const TRUST_RADIUS: f64 = 4.0;
 
 impl Schedule {
@@ -82,8 +85,11 @@ impl Schedule {
     /// [`DEFAULT_RELEASES`] with [`DEFAULT_MIN_PILOTS`] pilots at least, the first with
     /// [`DEFAULT_WINDOW`]. `None` if the model has no summaries.
     pub fn default_for(model: &dyn Model) -> Option<Self> {
-        let summaries = model.quadratic_summaries()?;
-        if summaries.exact() {
+        let exact = match model.summaries()?.reading() {
+            Reading::Quadratic(q) => q.exact(),
+            Reading::Mean(_) => true,
+        };
+        if exact {
             return Some(Schedule {
                 releases: 1,
                 min_pilots: 0,
@@ -125,6 +131,28 @@ pub struct Pilot {
     pub centre: Vec<f64>,
     pub window: f64,
     pub next: Vec<f64>,
+}
+
+/// The averaged final releases: what the noise-aware posterior conditions on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Final {
+    pub centre: Vec<f64>,
+    pub value: Vec<f64>,
+    /// Noise variance of each entry of `value`.
+    pub noise_variance: f64,
+}
+
+impl Final {
+    /// The final summary as (g, A), for quadratic summaries.
+    pub fn quadratic(&self) -> Release {
+        let (g, a) = split_summary(self.centre.len(), &self.value);
+        Release {
+            centre: self.centre.clone(),
+            g,
+            a,
+            noise_variance: self.noise_variance,
+        }
+    }
 }
 
 /// The walk through a [`Schedule`]: ask [`Rounds::next`], release there, [`Rounds::record`].
@@ -187,8 +215,9 @@ impl Rounds {
                 a,
                 noise_variance,
             };
-            let next = self.trusted(newton_step(self.model.as_ref(), &release));
-            let settled = window == 0.0 && release.step_length(&next) <= SETTLED;
+            let approximation = Approximation::of(self.model.as_ref(), &release);
+            let next = self.trusted(approximation.mode.clone());
+            let settled = window == 0.0 && approximation.step_length(&next) <= SETTLED;
             self.pilots.push(Pilot {
                 centre: std::mem::replace(&mut self.centre, next.clone()),
                 window,
@@ -198,8 +227,9 @@ impl Rounds {
             let left = self.schedule.releases - made;
             self.piloting = !(made >= self.schedule.min_pilots && (settled || left <= 1));
             if !self.piloting {
-                self.final_window = (FINAL_SPREAD * release.predictor_sd(&self.reach_weights()))
-                    .min(MAX_FINAL_WINDOW);
+                self.final_window = (FINAL_SPREAD
+                    * approximation.predictor_sd(&self.reach_weights()))
+                .min(MAX_FINAL_WINDOW);
             }
         } else {
             if self.sum.is_empty() {
@@ -213,16 +243,18 @@ impl Rounds {
         self.done += 1;
     }
 
-    /// `next`, pulled back towards the centre so that no row's predictor moves by more than
+    /// `next`, pulled back towards the centre so that the step's reach √Σ(mₐΔₐ)² is at most
     /// [`TRUST_RADIUS`].
     fn trusted(&self, next: Vec<f64>) -> Vec<f64> {
         let radius = TRUST_RADIUS;
         let delta: Vec<f64> = next.iter().zip(&self.centre).map(|(n, c)| n - c).collect();
         let reach = self
-            .model
-            .quadratic_summaries()
-            .expect("a model with summaries")
-            .reach(&delta);
+            .reach_weights()
+            .iter()
+            .zip(&delta)
+            .map(|(m, d)| (m * d).powi(2))
+            .sum::<f64>()
+            .sqrt();
         if reach.is_nan() || reach <= radius {
             return next;
         }
@@ -234,12 +266,14 @@ impl Rounds {
             .collect()
     }
 
+    /// The quadratic summaries the pilots read (only a model with them has pilots).
+    fn quadratic(&self) -> &dyn QuadraticSummaries {
+        quadratic(self.model.as_ref()).expect("pilots read quadratic summaries")
+    }
+
     /// max |x̃ₐ| over the covariates' box, by coefficient.
     fn reach_weights(&self) -> Vec<f64> {
-        let summaries = self
-            .model
-            .quadratic_summaries()
-            .expect("a model with summaries");
+        let summaries = self.quadratic();
         (0..self.model.dim())
             .map(|a| {
                 let mut e = vec![0.0; self.model.dim()];
@@ -260,17 +294,14 @@ impl Rounds {
     }
 
     /// The averaged final summary, once every release is recorded.
-    pub fn finish(&self) -> Option<Release> {
+    pub fn finish(&self) -> Option<Final> {
         if self.next().is_some() {
             return None;
         }
         let m = f64::from(self.schedule.releases) - self.pilots.len() as f64;
-        let mean: Vec<f64> = self.sum.iter().map(|s| s / m).collect();
-        let (g, a) = split_summary(self.model.dim(), &mean);
-        Some(Release {
+        Some(Final {
             centre: self.centre.clone(),
-            g,
-            a,
+            value: self.sum.iter().map(|s| s / m).collect(),
             // The average of m releases with variances vₖ has variance Σvₖ/m².
             noise_variance: self.noise_variance / (m * m),
         })

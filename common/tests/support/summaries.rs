@@ -104,7 +104,7 @@ pub fn run(config: Config) -> Outcome {
     let model: Arc<dyn Model> = ModelSpec::Glm(spec).build().unwrap();
     let data = model.simulate(&truth, config.rows, &mut rng);
     let parts = data.split(config.parties);
-    let summaries = model.quadratic_summaries().unwrap();
+    let summaries = model.summaries().unwrap();
     let schedule = Schedule::default_for(model.as_ref()).unwrap();
     let mu = max_mu(config.epsilon, config.delta).unwrap();
     let multiplier = (schedule.releases() as f64 / (2.0 * mu)).sqrt();
@@ -121,7 +121,7 @@ pub fn run(config: Config) -> Outcome {
         }
         rounds.record(&sum, config.parties as f64 * sd * sd);
     }
-    let release = rounds.finish().unwrap();
+    let release = rounds.finish().unwrap().quadratic();
     let aware = QuadraticPosterior::new(Arc::clone(&model), release.clone());
     let (noise_aware, converged) = marginals(&aware, aware.initial(), config.dim, config.seed);
     let plug = PlugInPosterior::new(Arc::clone(&model), &release);

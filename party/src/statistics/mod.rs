@@ -207,9 +207,9 @@ impl<'a> Query<'a> {
                 window,
                 entries,
             } => {
-                let Some(summaries) = model.quadratic_summaries() else {
+                let Some(summaries) = model.summaries() else {
                     return Err(PartyError::FailedPrecondition(format!(
-                        "the {} model has no quadratic summaries",
+                        "the {} model has no summaries (a GLM has them, and a gaussian or banana model with public bounds on its columns)",
                         model.name()
                     )));
                 };

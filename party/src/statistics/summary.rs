@@ -1,10 +1,11 @@
-//! The summaries route's release: about a public centre, each row's log-likelihood as a
-//! quadratic in its linear predictor, summed (`fedmcmc_common::models::summaries`). The
-//! model bounds each row's contribution from its public column bounds, the centre and the
-//! window, and clips each row's weights to the caps behind that bound, so the release has a
-//! sensitivity fixed before any row is read.
+//! The summaries route's release (`fedmcmc_common::models::summaries`): for a GLM, about a
+//! public centre, each row's log-likelihood as a quadratic in its linear predictor, summed;
+//! for a Gaussian-likelihood model, the rows' sum about their public box's centre. The
+//! model bounds each row's contribution from its public column bounds (and the centre and
+//! the window) and clips each row to that bound, so the release has a sensitivity fixed
+//! before any row is read.
 use fedmcmc_common::data::Columns;
-use fedmcmc_common::models::{Model, QuadraticSummaries};
+use fedmcmc_common::models::{Model, Summaries};
 use rand_chacha::ChaCha20Rng;
 
 use super::{Computed, Public, Statistic, clipped_sum_bound};
@@ -28,13 +29,13 @@ pub(super) fn check_window(window: f64) -> Result<(), PartyError> {
 }
 
 pub struct Summary<'a> {
-    pub(super) summaries: &'a dyn QuadraticSummaries,
+    pub(super) summaries: &'a dyn Summaries,
     pub(super) centre: &'a [f64],
     pub(super) window: f64,
 }
 
 impl Statistic for Summary<'_> {
-    /// Each row's (βx̃, upper γx̃x̃ᵀ) lies within the model's public row bound, so one row
+    /// Each row's part (a GLM's (βx̃, upper γx̃x̃ᵀ)) lies within the model's public row bound, so one row
     /// moves the sum by at most twice that under substitution and once under addition or
     /// removal.
     fn bound(&self, public: &Public<'_>) -> Bound {

@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
 use super::{
-    ExactPosterior, Model, ModelError, QuadraticSummaries, SufficientStatistics, check_finite,
-    check_len, check_positive, check_true_theta, default_temperature, fingerprint_of,
+    ExactPosterior, Model, ModelError, SufficientStatistics, Summaries, check_finite, check_len,
+    check_positive, check_true_theta, default_temperature, fingerprint_of,
 };
 use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::{ColumnSpec, Columns};
@@ -732,7 +732,7 @@ impl Model for Glm {
         (self.family == Family::Gaussian).then_some(self as &dyn SufficientStatistics)
     }
 
-    fn quadratic_summaries(&self) -> Option<&dyn QuadraticSummaries> {
+    fn summaries(&self) -> Option<&dyn Summaries> {
         Some(self)
     }
 }

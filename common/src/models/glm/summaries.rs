@@ -12,14 +12,20 @@
 //! within the bound.
 use super::{BLOCK, Family, Glm, ROUNDING_SLACK, sigmoid, softplus};
 use crate::data::Columns;
-use crate::models::summaries::{QuadraticSummaries, chebyshev_quadratic, upper_index};
+use crate::models::summaries::{
+    QuadraticSummaries, Reading, Summaries, chebyshev_quadratic, upper_index,
+};
 use crate::models::{Model, SufficientStatistics};
 
 /// How one summary maps a row's centre predictor c and label y to (β, γ).
 struct Local {
     family: Family,
     window: f64,
-    /// The poisson family's projection of e^t over |t| ≤ h: e^(c+t) scales it by e^c.
+    /// The poisson family's (1, k₂): e^(c+t) ≈ e^c(1 + t + k₂t²), the exact slope at the
+    /// centre with the curvature of e^t's projection over |t| ≤ h. The projection's own
+    /// slope, 2I₁(h)/h > 1, would raise every row's expected count at the centre and pull
+    /// the mode down (on simulated poisson GLMs, d = 5, 20 000 rows, ε = 1: posterior means
+    /// 0.31 sds low and 90 % intervals covering 78 %; with the exact slope 0.07 sds and 86 %).
     exp_coefficients: (f64, f64),
     /// T/φ.
     scale: f64,
@@ -47,7 +53,7 @@ impl Local {
 impl Glm {
     fn local(&self, window: f64) -> Local {
         let exp_coefficients = if window > 0.0 {
-            chebyshev_quadratic(f64::exp, 0.0, window)
+            (1.0, chebyshev_quadratic(f64::exp, 0.0, window).1)
         } else {
             (1.0, 0.5)
         };
@@ -87,13 +93,9 @@ fn clamp(v: f64, lo: f64, hi: f64) -> f64 {
     if v.is_nan() { 0.0 } else { v.clamp(lo, hi) }
 }
 
-impl QuadraticSummaries for Glm {
+impl Summaries for Glm {
     fn entries(&self) -> usize {
         SufficientStatistics::entries(self)
-    }
-
-    fn exact(&self) -> bool {
-        self.family == Family::Gaussian
     }
 
     fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64> {
@@ -103,7 +105,7 @@ impl QuadraticSummaries for Glm {
         let (beta_cap, gamma_cap) = self.weight_caps(&local, centre);
         let first = usize::from(self.intercept);
         let labels = self.labels(data);
-        let mut out = vec![0.0; QuadraticSummaries::entries(self)];
+        let mut out = vec![0.0; Summaries::entries(self)];
         let (mut beta, mut gamma) = ([0.0; BLOCK], [0.0; BLOCK]);
         let mut start = 0;
         while start < data.n() {
@@ -152,6 +154,16 @@ impl QuadraticSummaries for Glm {
         sq.sqrt() * ROUNDING_SLACK
     }
 
+    fn reading(&self) -> Reading<'_> {
+        Reading::Quadratic(self)
+    }
+}
+
+impl QuadraticSummaries for Glm {
+    fn exact(&self) -> bool {
+        self.family == Family::Gaussian
+    }
+
     fn reach(&self, delta: &[f64]) -> f64 {
         self.max_abs_design()
             .iter()
@@ -177,7 +189,7 @@ mod tests {
             let glm = GlmSpec::example(family, 3).build().unwrap();
             let data = glm.simulate(&[0.5, 1.0, -0.5], 500, &mut ChaCha8Rng::seed_from_u64(1));
             let centre = [0.3, 0.7, -0.2];
-            let (g, a) = split_summary(3, &QuadraticSummaries::summary(&glm, &data, &centre, 0.0));
+            let (g, a) = split_summary(3, &Summaries::summary(&glm, &data, &centre, 0.0));
             let total = |t: &[f64]| -> f64 {
                 let mut row = vec![0.0; 3];
                 (0..data.n())
@@ -227,14 +239,14 @@ mod tests {
             let [y_lo, y_hi] = glm.label;
             for centre in [[0.0, 0.0, 0.0], [1.0, -2.0, 3.0], [-5.0, 0.5, 0.1]] {
                 for window in [0.0, 0.5, 4.0] {
-                    let bound = QuadraticSummaries::row_bound(&glm, &centre, window);
+                    let bound = Summaries::row_bound(&glm, &centre, window);
                     for corner in 0..8u32 {
                         let x: Vec<f64> = (0..2)
                             .map(|j| features[j][((corner >> j) & 1) as usize])
                             .collect();
                         let y = if corner & 4 == 0 { y_lo } else { y_hi };
                         let data = Columns::from_rows(3, &[[x[0], x[1], y]]).unwrap();
-                        let s = QuadraticSummaries::summary(&glm, &data, &centre, window);
+                        let s = Summaries::summary(&glm, &data, &centre, window);
                         let norm = s.iter().map(|v| v * v).sum::<f64>().sqrt();
                         assert!(
                             norm <= bound,
