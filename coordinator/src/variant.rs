@@ -26,9 +26,10 @@ pub enum VariantName {
     /// The DP penalty on noisy sufficient statistics (Yıldırım & Ermiş 2019, Alg. 3): the
     /// gaussian GLM's.
     SufficientStatistics,
-    /// Pay once: a few releases of quadratic summaries, then the noise-aware posterior
-    /// sampled at no further privacy cost (Kulkarni et al. 2021; Bernstein & Sheldon 2018);
-    /// the GLMs'.
+    /// Pay once: a few releases of summaries, then the noise-aware posterior sampled at no
+    /// further privacy cost (Kulkarni et al. 2021; Bernstein & Sheldon 2018); the GLMs', and
+    /// a gaussian or banana model's with bounds (simulate gives a preset its prior
+    /// predictive's).
     Summaries,
 }
 
