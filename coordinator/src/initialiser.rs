@@ -194,6 +194,7 @@ pub async fn from_summaries<P: PartyHandle>(
     model: &Arc<dyn Model>,
     parties: &[PartyInfo],
     settings: InitialiserSettings,
+    stop: &crate::interrupt::Stop,
 ) -> anyhow::Result<Initialised> {
     settings.check().map_err(anyhow::Error::msg)?;
     let schedule = crate::summaries::schedule(model.as_ref()).map_err(anyhow::Error::msg)?;
@@ -203,8 +204,7 @@ pub async fn from_summaries<P: PartyHandle>(
         .map_err(anyhow::Error::msg)?;
     let grants = federation.open(&plans, &model.fingerprint()).await?;
     let released =
-        crate::summaries::release(federation, model, schedule, &crate::interrupt::Stop::new())
-            .await;
+        crate::summaries::release(federation, model, schedule, stop).await;
     let closed = federation.close().await?;
     let (release, line) = released?;
     let rows = parties.iter().map(|p| p.rows).sum();

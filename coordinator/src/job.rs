@@ -172,7 +172,7 @@ pub async fn run<P: PartyHandle>(
             // A model with summaries starts from them: a few releases whose rows the model's
             // public bounds bound, where the climb's noise follows the gradient clip.
             let done = if parties.iter().all(|p| p.serves(SUMMARIES)) {
-                initialiser::from_summaries(&federation, &model, &parties, init).await?
+                initialiser::from_summaries(&federation, &model, &parties, init, stop).await?
             } else {
                 initialiser::run(&federation, &model, &parties, init).await?
             };
