@@ -250,3 +250,140 @@ fn a_job_aborted_at_random_points_and_resumed_gives_the_draws_of_one_run_straigh
         assert_eq!(a, b, "{name}");
     }
 }
+
+/// A party handle that stops answering for good once the federation has made `limit`
+/// steps: a coordinator killed at a known point.
+struct DiesAfter<P> {
+    inner: Killable<P>,
+    steps: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl<P: PartyHandle> PartyHandle for DiesAfter<P> {
+    async fn describe(&self) -> Result<PartyInfo, CallError> {
+        self.inner.describe().await
+    }
+    async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
+        self.inner.open_run(plan, fingerprint).await
+    }
+    async fn step(
+        &self,
+        run_id: &str,
+        chain: u32,
+        step: u64,
+        query: Query<'_>,
+    ) -> Result<Contribution, CallError> {
+        if self.steps.fetch_add(1, Ordering::SeqCst) >= self.limit {
+            self.inner.dead.store(true, Ordering::SeqCst);
+        }
+        self.inner.step(run_id, chain, step, query).await
+    }
+    async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        self.inner.close_run(run_id).await
+    }
+}
+
+/// [`job`] on the summaries route at its defaults.
+async fn summaries_job<P: PartyHandle>(
+    federation: Federation<P>,
+    model: Arc<dyn Model>,
+    out: std::path::PathBuf,
+) -> anyhow::Result<JobResult> {
+    let settings = JobSettings {
+        variant: Variant::Summaries,
+        chains: 4,
+        iterations: None,
+        tau: None,
+        warmup: None,
+        clip: 0.0,
+        proposal_sd: 0.0,
+        ..settings()
+    };
+    job::run(
+        Arc::new(federation),
+        model,
+        &settings,
+        start(),
+        &out,
+        Vec::new(),
+        |_, _| Arc::new(Quiet),
+        &Stop::new(),
+    )
+    .await
+}
+
+/// The summaries route resumes too: killed in the middle of its releases, the job carried
+/// on from its checkpoint replays the releases made, makes the rest, and samples exactly
+/// the straight run's draws, each party charged once.
+#[test]
+fn the_summaries_route_killed_mid_release_resumes_to_the_straight_runs_draws() {
+    use fedmcmc_common::models::{Family, GlmSpec};
+    let spec = ModelSpec::Glm(GlmSpec::example(Family::Logistic, 3));
+    let model = spec.build().unwrap();
+    let straight_dir = tempfile::tempdir().unwrap();
+    let straight = runtime()
+        .block_on(summaries_job(
+            Federation::new(parties(&spec)),
+            Arc::clone(&model),
+            straight_dir.path().to_path_buf(),
+        ))
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = parties(&spec);
+    let checkpoint = Checkpoint::start(dir.path(), "test", &()).unwrap();
+    let dead = Arc::new(AtomicBool::new(false));
+    let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Two parties, five releases each: dead after the sixth step, in the third release.
+    let federation = Federation::new(
+        nodes
+            .iter()
+            .map(|(name, node)| {
+                let inner = Killable {
+                    inner: checkpoint.party(name, Arc::clone(node)).unwrap(),
+                    dead: Arc::clone(&dead),
+                };
+                let (steps, limit) = (Arc::clone(&steps), 6);
+                (
+                    name.clone(),
+                    DiesAfter {
+                        inner,
+                        steps,
+                        limit,
+                    },
+                )
+            })
+            .collect(),
+    );
+    let killed = runtime();
+    let task = killed.spawn(summaries_job(
+        federation,
+        Arc::clone(&model),
+        dir.path().to_path_buf(),
+    ));
+    while !dead.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!task.is_finished());
+    drop(killed);
+
+    let checkpoint = Checkpoint::resume::<()>(dir.path(), "test").unwrap().0;
+    let resumed = runtime()
+        .block_on(summaries_job(
+            recorded(&checkpoint, &nodes, &Arc::new(AtomicBool::new(false))),
+            Arc::clone(&model),
+            dir.path().to_path_buf(),
+        ))
+        .unwrap();
+    assert_eq!(resumed.inits, straight.inits);
+    assert_eq!(resumed.traces, straight.traces);
+    for ((r, s), (_, node)) in resumed.closed.iter().zip(&straight.closed).zip(&nodes) {
+        assert_eq!(r.releases, 5);
+        assert_eq!(r.run_epsilon, s.run_epsilon);
+        assert_eq!(
+            PartyNode::describe(node).epsilon_committed,
+            s.epsilon_committed
+        );
+    }
+}
