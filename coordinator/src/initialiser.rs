@@ -203,8 +203,7 @@ pub async fn from_summaries<P: PartyHandle>(
         .share_of(parties, fedmcmc_party::node::SUMMARIES, releases, 0.0)
         .map_err(anyhow::Error::msg)?;
     let grants = federation.open(&plans, &model.fingerprint()).await?;
-    let released =
-        crate::summaries::release(federation, model, schedule, stop).await;
+    let released = crate::summaries::release(federation, model, schedule, stop).await;
     let closed = federation.close().await?;
     let (release, line) = released?;
     let rows = parties.iter().map(|p| p.rows).sum();

@@ -97,10 +97,13 @@ async fn job<P: PartyHandle>(
 
 /// A party handle that, once `dead` is set, never answers again: the job stops where it
 /// is, as a killed coordinator does, and does nothing on the way out (a dropped runtime would
-/// wake some of its tasks first, which then close runs as after an error).
+/// wake some of its tasks first, which then close runs as after an error). With `after`,
+/// it sets `dead` itself once the federation's steps so far (the shared count) reach the
+/// limit: a kill at a known point.
 struct Killable<P> {
     inner: P,
     dead: Arc<AtomicBool>,
+    after: Option<(Arc<std::sync::atomic::AtomicUsize>, usize)>,
 }
 
 impl<P: PartyHandle> Killable<P> {
@@ -130,6 +133,11 @@ impl<P: PartyHandle> PartyHandle for Killable<P> {
         step: u64,
         query: Query<'_>,
     ) -> Result<Contribution, CallError> {
+        if let Some((steps, limit)) = &self.after
+            && steps.fetch_add(1, Ordering::SeqCst) >= *limit
+        {
+            self.dead.store(true, Ordering::SeqCst);
+        }
         self.unless_dead(self.inner.step(run_id, chain, step, query))
             .await
     }
@@ -151,7 +159,14 @@ fn recorded(
             .map(|(name, node)| {
                 let inner = checkpoint.party(name, Arc::clone(node)).unwrap();
                 let dead = Arc::clone(dead);
-                (name.clone(), Killable { inner, dead })
+                (
+                    name.clone(),
+                    Killable {
+                        inner,
+                        dead,
+                        after: None,
+                    },
+                )
             })
             .collect(),
     )
@@ -251,38 +266,6 @@ fn a_job_aborted_at_random_points_and_resumed_gives_the_draws_of_one_run_straigh
     }
 }
 
-/// A party handle that stops answering for good once the federation has made `limit`
-/// steps: a coordinator killed at a known point.
-struct DiesAfter<P> {
-    inner: Killable<P>,
-    steps: Arc<std::sync::atomic::AtomicUsize>,
-    limit: usize,
-}
-
-impl<P: PartyHandle> PartyHandle for DiesAfter<P> {
-    async fn describe(&self) -> Result<PartyInfo, CallError> {
-        self.inner.describe().await
-    }
-    async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
-        self.inner.open_run(plan, fingerprint).await
-    }
-    async fn step(
-        &self,
-        run_id: &str,
-        chain: u32,
-        step: u64,
-        query: Query<'_>,
-    ) -> Result<Contribution, CallError> {
-        if self.steps.fetch_add(1, Ordering::SeqCst) >= self.limit {
-            self.inner.dead.store(true, Ordering::SeqCst);
-        }
-        self.inner.step(run_id, chain, step, query).await
-    }
-    async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
-        self.inner.close_run(run_id).await
-    }
-}
-
 /// [`job`] on the summaries route at its defaults.
 async fn summaries_job<P: PartyHandle>(
     federation: Federation<P>,
@@ -339,19 +322,12 @@ fn the_summaries_route_killed_mid_release_resumes_to_the_straight_runs_draws() {
         nodes
             .iter()
             .map(|(name, node)| {
-                let inner = Killable {
+                let killable = Killable {
                     inner: checkpoint.party(name, Arc::clone(node)).unwrap(),
                     dead: Arc::clone(&dead),
+                    after: Some((Arc::clone(&steps), 6)),
                 };
-                let (steps, limit) = (Arc::clone(&steps), 6);
-                (
-                    name.clone(),
-                    DiesAfter {
-                        inner,
-                        steps,
-                        limit,
-                    },
-                )
+                (name.clone(), killable)
             })
             .collect(),
     );

@@ -8,7 +8,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
-use super::summaries::{MeanSummaries, Reading, RowBox, Summaries};
+use super::summaries::{MeanSummaries, RowBox, Summaries, boxed_sum_summaries};
 use super::{
     ExactPosterior, Model, ModelError, affine, check_finite, check_positive, check_true_theta,
     default_temperature, fingerprint_of,
@@ -212,10 +212,7 @@ impl Model for Banana {
     }
 
     fn columns(&self) -> Vec<ColumnSpec> {
-        match &self.row_box {
-            Some(b) => b.columns(),
-            None => ColumnSpec::numbered(self.dim()),
-        }
+        RowBox::columns(&self.row_box, self.dim())
     }
 
     fn fingerprint(&self) -> String {
@@ -346,27 +343,7 @@ impl ExactPosterior for BananaPosterior {
 /// With a declared box, S = T·Σ(x − c) is sufficient: the rows enter only through Σx, and
 /// the squares in (x − u)² are free of θ.
 impl Summaries for Banana {
-    fn entries(&self) -> usize {
-        self.dim()
-    }
-
-    fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
-        self.row_box
-            .as_ref()
-            .expect("summaries need the box")
-            .sum(data, self.temperature)
-    }
-
-    fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
-        self.row_box
-            .as_ref()
-            .expect("summaries need the box")
-            .row_bound(self.temperature)
-    }
-
-    fn reading(&self) -> Reading<'_> {
-        Reading::Mean(self)
-    }
+    boxed_sum_summaries!();
 }
 
 impl MeanSummaries for Banana {

@@ -7,7 +7,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::mvn::MvNormal;
-use super::summaries::{MeanSummaries, Reading, RowBox, Summaries};
+use super::summaries::{MeanSummaries, RowBox, Summaries, boxed_sum_summaries};
 use super::{
     ExactPosterior, Model, ModelError, affine, check_finite, check_len, check_positive,
     check_true_theta, default_temperature, fingerprint_of,
@@ -171,10 +171,7 @@ impl Model for Gaussian {
     }
 
     fn columns(&self) -> Vec<ColumnSpec> {
-        match &self.row_box {
-            Some(b) => b.columns(),
-            None => ColumnSpec::numbered(self.dim()),
-        }
+        RowBox::columns(&self.row_box, self.dim())
     }
 
     fn fingerprint(&self) -> String {
@@ -260,27 +257,7 @@ impl Model for Gaussian {
 
 /// With a declared box, S = T·Σ(x − c) is sufficient: u = θ.
 impl Summaries for Gaussian {
-    fn entries(&self) -> usize {
-        self.dim()
-    }
-
-    fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
-        self.row_box
-            .as_ref()
-            .expect("summaries need the box")
-            .sum(data, self.temperature)
-    }
-
-    fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
-        self.row_box
-            .as_ref()
-            .expect("summaries need the box")
-            .row_bound(self.temperature)
-    }
-
-    fn reading(&self) -> Reading<'_> {
-        Reading::Mean(self)
-    }
+    boxed_sum_summaries!();
 }
 
 impl MeanSummaries for Gaussian {

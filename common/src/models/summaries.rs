@@ -81,6 +81,38 @@ pub trait MeanSummaries: Summaries {
     fn offset(&self) -> Vec<f64>;
 }
 
+/// The [`Summaries`] methods of a Gaussian-likelihood model whose rows' sum over its public
+/// box is its summary: written once here, they read the model's `row_box: Option<RowBox>`
+/// (set whenever the model reports summaries) and `temperature`. Used inside
+/// `impl Summaries for …`.
+macro_rules! boxed_sum_summaries {
+    () => {
+        fn entries(&self) -> usize {
+            self.dim()
+        }
+
+        /// The same at any centre and window: the sum is exact.
+        fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
+            self.row_box
+                .as_ref()
+                .expect("summaries need the box")
+                .sum(data, self.temperature)
+        }
+
+        fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
+            self.row_box
+                .as_ref()
+                .expect("summaries need the box")
+                .row_bound(self.temperature)
+        }
+
+        fn reading(&self) -> $crate::models::summaries::Reading<'_> {
+            $crate::models::summaries::Reading::Mean(self)
+        }
+    };
+}
+pub(crate) use boxed_sum_summaries;
+
 /// A public box for a model's rows: per column [lo, hi]. The mean summaries of the
 /// Gaussian-likelihood models are sums over it, about its centre.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,16 +157,21 @@ impl RowBox {
             .collect()
     }
 
-    /// `x1 … xd` with these bounds: a party refuses at load a row outside them.
-    pub fn columns(&self) -> Vec<ColumnSpec> {
-        ColumnSpec::numbered(self.bounds.len())
-            .into_iter()
-            .zip(&self.bounds)
-            .map(|(c, &b)| ColumnSpec {
-                bounds: Some(b),
-                ..c
-            })
-            .collect()
+    /// `x1 … xd`, with the box's bounds where there is one (a party refuses at load a row
+    /// outside them).
+    pub fn columns(row_box: &Option<RowBox>, d: usize) -> Vec<ColumnSpec> {
+        let columns = ColumnSpec::numbered(d);
+        match row_box {
+            Some(b) => columns
+                .into_iter()
+                .zip(&b.bounds)
+                .map(|(c, &bounds)| ColumnSpec {
+                    bounds: Some(bounds),
+                    ..c
+                })
+                .collect(),
+            None => columns,
+        }
     }
 
     /// The part of a fingerprint that says the rows are bounded, and how.
