@@ -1,10 +1,15 @@
-//! Parties over gRPC: the generated client, a bearer token, retries of idempotent steps.
+//! Parties over gRPC: the generated client, a bearer token, retries of idempotent calls.
 //!
 //! Steps travel on one long-lived stream per chain (`StepStream`), which skips the
 //! per-call setup of a unary call; a broken stream is reopened and the same step resent.
+//!
+//! Every call (Describe, OpenRun, Step, CloseRun) has a deadline per try and a bound on all
+//! its tries ([`Deadlines`]): a party that stops answering ends the call within the bound,
+//! with a sentence saying which call it did not answer.
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fedmcmc_party::service::{variant_from_name, variant_name};
 use fedmcmc_proto::v1 as pb;
@@ -48,27 +53,145 @@ type StreamSlot = Arc<AsyncMutex<Option<StepStream>>>;
 pub struct GrpcParty {
     client: Client,
     streams: Mutex<HashMap<u32, StreamSlot>>,
+    deadlines: Deadlines,
 }
 
-/// How often a step is tried when its stream fails or its deadline passes, with waits
-/// doubling from 100 ms up to [`MAX_BACKOFF`] between tries (about 20 s in all: long enough for
-/// a party to restart). Resending the same (run, chain, step) is safe: the party answers a
-/// retry with its stored answer, charged once, after a restart too.
-const STEP_ATTEMPTS: u32 = 9;
+/// How long the coordinator waits for a party: per try of a call, and per call in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    /// One try of a call, from sending it to its answer, connecting included when the try
+    /// must connect.
+    pub attempt: Duration,
+    /// One call: all its tries and the waits between them. The longest a party that stops
+    /// answering holds a call, and so the job.
+    pub call: Duration,
+}
+
+/// The deadlines a party gets unless told otherwise.
+///
+/// 20 s a try: far beyond the work of any call a party answers (a step is at most one pass
+/// over its rows), so only a party that has stopped answering, or a connection that has
+/// died, meets it. OpenRun, tried once when it may
+/// have reached the party, gets the whole 60 s for that try.
+///
+/// 60 s a call: a party killed and started again (its process, its rows read) is back within
+/// it, and is retried meanwhile at waits doubling from 100 ms up to [`MAX_BACKOFF`], while a
+/// party that accepts the connection but never answers holds one call for 3 tries of 20 s.
+/// A job whose party freezes mid-run thus ends within two such calls, about 2 minutes: the
+/// step it did not answer, then its CloseRun (the other parties' runs are closed at once,
+/// each under the same bound). Against a run's lease (10 minutes by default) 60 s is short:
+/// a retried step still finds its run open.
+pub const DEADLINES: Deadlines = Deadlines {
+    attempt: Duration::from_secs(20),
+    call: Duration::from_secs(60),
+};
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        DEADLINES
+    }
+}
+
+/// The longest wait between two tries of a call; the waits double from 100 ms up to it.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// How long one try of a step may take before it is abandoned and tried again: far beyond
-/// any step's work, so only a hung connection or party meets it.
-const STEP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A duration as a sentence gives it: "20 s", "19.7 s", "300 ms".
+fn shown(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+/// The tries of one call, under its [`Deadlines`].
+struct Tries {
+    deadlines: Deadlines,
+    start: Instant,
+    attempt: u32,
+}
+
+impl Tries {
+    fn new(deadlines: Deadlines) -> Self {
+        Tries {
+            deadlines,
+            start: Instant::now(),
+            attempt: 1,
+        }
+    }
+
+    /// Runs one try under its deadline: the try's own, or what is left of the call's.
+    async fn run<T>(&self, tried: impl Future<Output = Result<T, Status>>) -> Result<T, Status> {
+        let left = self.deadlines.call.saturating_sub(self.start.elapsed());
+        let limit = self.deadlines.attempt.min(left);
+        tokio::time::timeout(limit, tried)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "no answer within {}",
+                    shown(limit)
+                )))
+            })
+    }
+
+    /// After a try failed with `error`, which a retry may cure: waits before the next try and
+    /// returns true, or returns false at once when the wait and a fair try (a quarter of a
+    /// try's deadline) no longer fit in the call's bound.
+    async fn wait(&mut self, what: &str, error: &Status) -> bool {
+        let wait = MAX_BACKOFF.min(Duration::from_millis(50 << self.attempt.min(7)));
+        if self.start.elapsed() + wait + self.deadlines.attempt / 4 > self.deadlines.call {
+            return false;
+        }
+        tracing::warn!(call = what, attempt = self.attempt, error = %error, "party call failed, trying again");
+        tokio::time::sleep(wait).await;
+        self.attempt += 1;
+        true
+    }
+
+    /// The call's failure after its last try failed with `last`: one that ends the call for
+    /// want of time (the party did not answer, or could not be reached, within the bound)
+    /// says so and how often it was tried; any other is the party's own answer.
+    fn failed(&self, what: &str, last: Status, retried: bool) -> CallError {
+        if !transient(&last) || !(retried || last.code() == Code::DeadlineExceeded) {
+            return last.into();
+        }
+        let attempts = match self.attempt {
+            1 => "1 attempt".to_string(),
+            n => format!("{n} attempts"),
+        };
+        CallError {
+            kind: CallErrorKind::Unavailable,
+            message: format!(
+                "did not answer {what} within {} ({attempts}; the last: {} ({:?}))",
+                shown(self.deadlines.call),
+                last.message(),
+                last.code()
+            ),
+        }
+    }
+}
 
 impl GrpcParty {
-    /// Connects to `address` (e.g. "http://127.0.0.1:50051").
-    /// Connects to the party at `address`: over mutual TLS with `tls` (the address must be
-    /// `https://`), or plaintext without (it must be `http://`), so a scheme never silently
-    /// picks the transport.
+    /// Connects to the party at `address` (e.g. "http://127.0.0.1:50051"): over mutual TLS
+    /// with `tls` (the address must be `https://`), or plaintext without (it must be
+    /// `http://`), so a scheme never silently picks the transport. Its calls get [`DEADLINES`].
     pub async fn connect(
         address: &str,
         token: &str,
         tls: Option<ClientTlsConfig>,
+    ) -> Result<Self, CallError> {
+        Self::connect_with(address, token, tls, DEADLINES).await
+    }
+
+    /// [`GrpcParty::connect`], its calls (and the connection itself, as one try) under
+    /// `deadlines`.
+    pub async fn connect_with(
+        address: &str,
+        token: &str,
+        tls: Option<ClientTlsConfig>,
+        deadlines: Deadlines,
     ) -> Result<Self, CallError> {
         let bad = |message: String| CallError {
             kind: CallErrorKind::Other,
@@ -97,10 +220,19 @@ impl GrpcParty {
                 )));
             }
         }
-        let channel = endpoint.connect().await.map_err(|e| CallError {
-            kind: CallErrorKind::Unavailable,
-            message: format!("cannot connect to {address}: {e}"),
-        })?;
+        let channel = tokio::time::timeout(deadlines.attempt, endpoint.connect())
+            .await
+            .map_err(|_| CallError {
+                kind: CallErrorKind::Unavailable,
+                message: format!(
+                    "cannot connect to {address}: no answer within {}",
+                    shown(deadlines.attempt)
+                ),
+            })?
+            .map_err(|e| CallError {
+                kind: CallErrorKind::Unavailable,
+                message: format!("cannot connect to {address}: {e}"),
+            })?;
         let header = format!("Bearer {token}").parse().map_err(|_| CallError {
             kind: CallErrorKind::Other,
             message: "the token is not valid ASCII".into(),
@@ -108,7 +240,13 @@ impl GrpcParty {
         Ok(GrpcParty {
             client: PartyClient::with_interceptor(channel, Bearer(header)),
             streams: Mutex::new(HashMap::new()),
+            deadlines,
         })
+    }
+
+    /// The deadlines its calls get.
+    pub fn deadlines(&self) -> Deadlines {
+        self.deadlines
     }
 
     fn slot(&self, chain: u32) -> StreamSlot {
@@ -161,6 +299,32 @@ fn transient(s: &Status) -> bool {
     )
 }
 
+/// Makes one call by tries of `attempt` until one answers, trying again after a failure a
+/// retry may cure (one `retry` admits) while the call's bound allows. `what` names the call
+/// in warnings and errors.
+async fn retried<T, F>(
+    what: &str,
+    retry: fn(&Status) -> bool,
+    deadlines: Deadlines,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, CallError>
+where
+    F: Future<Output = Result<T, Status>>,
+{
+    let mut tries = Tries::new(deadlines);
+    loop {
+        match tries.run(attempt()).await {
+            Ok(answer) => return Ok(answer),
+            Err(s) if transient(&s) && retry(&s) => {
+                if !tries.wait(what, &s).await {
+                    return Err(tries.failed(what, s, true));
+                }
+            }
+            Err(s) => return Err(tries.failed(what, s, false)),
+        }
+    }
+}
+
 impl From<Status> for CallError {
     fn from(s: Status) -> CallError {
         let kind = match s.code() {
@@ -183,12 +347,12 @@ impl From<Status> for CallError {
 
 impl PartyHandle for GrpcParty {
     async fn describe(&self) -> Result<PartyInfo, CallError> {
-        let d = self
-            .client
-            .clone()
-            .describe(pb::DescribeRequest {})
-            .await?
-            .into_inner();
+        let d = retried("Describe", transient, self.deadlines, || {
+            let mut client = self.client.clone();
+            async move { client.describe(pb::DescribeRequest {}).await }
+        })
+        .await?
+        .into_inner();
         let budget = d.budget.unwrap_or_default();
         Ok(PartyInfo {
             name: d.party_name,
@@ -212,29 +376,40 @@ impl PartyHandle for GrpcParty {
     }
 
     async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
-        let g = self
-            .client
-            .clone()
-            .open_run(pb::OpenRunRequest {
-                plan: Some(pb::RunPlan {
-                    variant: variant_from_name(plan.variant) as i32,
-                    chains: plan.chains,
-                    steps_per_chain: plan.steps_per_chain,
-                    clip: plan.clip,
-                    noise: Some(match plan.noise {
-                        NoiseChoice::Tau(t) => pb::run_plan::Noise::Tau(t),
-                        NoiseChoice::Calibrate => pb::run_plan::Noise::Calibrate(true),
-                    }),
-                    batch_size: plan.batch_size.unwrap_or(0),
-                    barker_variance: plan.barker_variance.unwrap_or(0.0),
-                    leapfrog_steps: plan.hmc.map_or(0, |h| h.leapfrog_steps),
-                    gradient_clip: plan.hmc.map_or(0.0, |h| h.gradient_clip),
-                    gradient_tau: plan.hmc.map_or(0.0, |h| h.gradient_tau),
+        let request = pb::OpenRunRequest {
+            plan: Some(pb::RunPlan {
+                variant: variant_from_name(plan.variant) as i32,
+                chains: plan.chains,
+                steps_per_chain: plan.steps_per_chain,
+                clip: plan.clip,
+                noise: Some(match plan.noise {
+                    NoiseChoice::Tau(t) => pb::run_plan::Noise::Tau(t),
+                    NoiseChoice::Calibrate => pb::run_plan::Noise::Calibrate(true),
                 }),
-                model_fingerprint: fingerprint.to_string(),
-            })
-            .await?
-            .into_inner();
+                batch_size: plan.batch_size.unwrap_or(0),
+                barker_variance: plan.barker_variance.unwrap_or(0.0),
+                leapfrog_steps: plan.hmc.map_or(0, |h| h.leapfrog_steps),
+                gradient_clip: plan.hmc.map_or(0.0, |h| h.gradient_clip),
+                gradient_tau: plan.hmc.map_or(0.0, |h| h.gradient_tau),
+            }),
+            model_fingerprint: fingerprint.to_string(),
+        };
+        // OpenRun is not idempotent: a try that reached the party may have opened a run, and
+        // another try would open a second one, reserved until its lease ends. So it is tried
+        // again only when the party could not be reached (UNAVAILABLE), and its one try that
+        // is answered gets the call's whole bound.
+        let deadlines = Deadlines {
+            attempt: self.deadlines.call,
+            ..self.deadlines
+        };
+        let unreached = |s: &Status| s.code() == Code::Unavailable;
+        let g = retried("OpenRun", unreached, deadlines, || {
+            let mut client = self.client.clone();
+            let request = request.clone();
+            async move { client.open_run(request).await }
+        })
+        .await?
+        .into_inner();
         Ok(Grant {
             run_id: g.run_id,
             tau: g.tau,
@@ -263,27 +438,25 @@ impl PartyHandle for GrpcParty {
         };
         let slot = self.slot(chain);
         let mut stream = slot.lock().await;
-        let mut attempt = 1;
+        // Resending the same (run, chain, step) is safe: the party answers a retry with its
+        // stored answer, charged once, after a restart too.
+        let what = format!("Step {step} of chain {chain}");
+        let mut tries = Tries::new(self.deadlines);
         let reply = loop {
-            let tried =
-                tokio::time::timeout(STEP_DEADLINE, self.exchange(&mut stream, request.clone()))
-                    .await
-                    .unwrap_or_else(|_| {
-                        // The stream may hold a late reply: never read it for another step.
-                        *stream = None;
-                        Err(Status::deadline_exceeded(format!(
-                            "no answer within {} s",
-                            STEP_DEADLINE.as_secs()
-                        )))
-                    });
+            let tried = tries.run(self.exchange(&mut stream, request.clone())).await;
             match tried {
                 Ok(reply) => break reply,
-                Err(s) if attempt < STEP_ATTEMPTS && transient(&s) => {
-                    tracing::warn!(run_id, chain, step, attempt, error = %s, "step failed, resending the same step");
-                    tokio::time::sleep(MAX_BACKOFF.min(Duration::from_millis(50 << attempt))).await;
-                    attempt += 1;
+                Err(s) => {
+                    // A try past its deadline leaves a stream that may hold its late reply:
+                    // never read it for another step.
+                    *stream = None;
+                    if !transient(&s) {
+                        return Err(tries.failed(&what, s, false));
+                    }
+                    if !tries.wait(&what, &s).await {
+                        return Err(tries.failed(&what, s, true));
+                    }
                 }
-                Err(s) => return Err(s.into()),
             }
         };
         let c = match reply.result {
@@ -320,14 +493,17 @@ impl PartyHandle for GrpcParty {
         // End the step streams: the run's steps are over, and a party shutting down
         // gracefully waits for open streams.
         self.streams.lock().expect("streams lock").clear();
-        let c = self
-            .client
-            .clone()
-            .close_run(pb::CloseRunRequest {
+        // A repeated CloseRun is answered with the first one's charge.
+        let what = format!("CloseRun of run {run_id}");
+        let c = retried(&what, transient, self.deadlines, || {
+            let mut client = self.client.clone();
+            let request = pb::CloseRunRequest {
                 run_id: run_id.to_string(),
-            })
-            .await?
-            .into_inner();
+            };
+            async move { client.close_run(request).await }
+        })
+        .await?
+        .into_inner();
         Ok(Closed {
             releases: c.releases,
             run_epsilon: c.run_epsilon,
@@ -366,5 +542,111 @@ fn wire_query(query: Query<'_>) -> pb::step_request::Query {
         Query::SufficientStatistics { .. } => {
             Wire::SufficientStatistics(pb::SufficientStatisticsQuery {})
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Deadlines short enough for a test: tries of 200 ms, calls of 1 s.
+    const QUICK: Deadlines = Deadlines {
+        attempt: Duration::from_millis(200),
+        call: Duration::from_secs(1),
+    };
+
+    /// Runs `retried` on `answer`, returning its result, its tries and how long it took.
+    async fn tried<F: Future<Output = Result<(), Status>>>(
+        retry: fn(&Status) -> bool,
+        answer: impl Fn() -> F,
+    ) -> (Result<(), CallError>, u32, Duration) {
+        let tries = AtomicU32::new(0);
+        let start = Instant::now();
+        let result = retried("Step 17 of chain 0", retry, QUICK, || {
+            tries.fetch_add(1, Ordering::SeqCst);
+            answer()
+        })
+        .await;
+        (result, tries.into_inner(), start.elapsed())
+    }
+
+    #[test]
+    fn the_default_bounds_are_a_minute_of_twenty_second_tries() {
+        assert_eq!(Deadlines::default(), DEADLINES);
+        assert_eq!(DEADLINES.call, 3 * DEADLINES.attempt);
+        assert_eq!(shown(DEADLINES.call), "60 s");
+        assert_eq!(shown(Duration::from_millis(19_700)), "19.7 s");
+        assert_eq!(shown(Duration::from_millis(300)), "300 ms");
+    }
+
+    #[tokio::test]
+    async fn a_call_never_answered_ends_within_its_bound_naming_the_call() {
+        let (result, tries, took) = tried(transient, std::future::pending).await;
+        let e = result.unwrap_err();
+        assert_eq!(e.kind, CallErrorKind::Unavailable);
+        assert!(
+            e.message.starts_with(&format!(
+                "did not answer Step 17 of chain 0 within 1 s ({tries} attempts; the last: no answer within"
+            )),
+            "{}",
+            e.message
+        );
+        assert!(tries >= 2, "{tries} tries");
+        assert!(took <= QUICK.call + Duration::from_millis(300), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_party_is_tried_until_the_bound_then_named() {
+        let (result, tries, took) = tried(transient, || async {
+            Err(Status::unavailable("connection refused"))
+        })
+        .await;
+        let e = result.unwrap_err();
+        assert_eq!(e.kind, CallErrorKind::Unavailable);
+        assert!(
+            e.message.ends_with(&format!(
+                "within 1 s ({tries} attempts; the last: connection refused (Unavailable))"
+            )),
+            "{}",
+            e.message
+        );
+        // Waits of 100, 200, 400 ms fit in 1 s with a fair try after each.
+        assert!(tries >= 3, "{tries} tries");
+        assert!(took >= Duration::from_millis(500), "{took:?}");
+        assert!(took <= QUICK.call + Duration::from_millis(300), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_tried_again_and_keeps_its_words() {
+        let (result, tries, _) = tried(transient, || async {
+            Err(Status::failed_precondition("run r1 is closed"))
+        })
+        .await;
+        let e = result.unwrap_err();
+        assert_eq!(tries, 1);
+        assert_eq!(e.kind, CallErrorKind::Refused);
+        assert_eq!(e.message, "run r1 is closed (FailedPrecondition)");
+    }
+
+    #[tokio::test]
+    async fn a_call_that_may_have_arrived_is_tried_once_and_a_silent_one_named() {
+        // OpenRun's rule: only an unreached party is tried again.
+        let unreached = |s: &Status| s.code() == Code::Unavailable;
+        let (result, tries, _) = tried(unreached, || async {
+            Err(Status::unknown("connection reset"))
+        })
+        .await;
+        assert_eq!(tries, 1);
+        assert_eq!(result.unwrap_err().message, "connection reset (Unknown)");
+        let (result, tries, took) = tried(unreached, std::future::pending).await;
+        assert_eq!(tries, 1);
+        assert!(took < QUICK.call, "{took:?}");
+        assert!(
+            result
+                .unwrap_err()
+                .message
+                .contains("within 1 s (1 attempt; the last: no answer within 200 ms"),
+        );
     }
 }

@@ -286,16 +286,21 @@ impl<P: PartyHandle> Federation<P> {
         Ok(sum)
     }
 
-    /// Closes the open run on every party; returns each party's final charge.
+    /// Closes the open run on every party; returns each party's final charge, or the first
+    /// party's failure in party order. Every party's close runs to its end (each under the
+    /// handle's own bound, [`grpc::DEADLINES`] over gRPC): one party that fails or does not
+    /// answer does not cut short the others', whose reservations go back.
     pub async fn close(&self) -> Result<Vec<Closed>, FederationError> {
         let runs = std::mem::take(&mut *self.runs.write().expect("runs lock"));
-        try_join_all(
+        join_all(
             self.parties
                 .iter()
                 .zip(runs.iter())
                 .map(|((name, p), run)| async move { p.close_run(run).await.map_err(at(name)) }),
         )
         .await
+        .into_iter()
+        .collect()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
