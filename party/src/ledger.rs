@@ -73,6 +73,11 @@ impl RunTerms {
     }
 }
 
+/// The mechanism a release record names when its answer is the same for every dataset (a
+/// log-likelihood ratio of θ to itself, `release.rs`): recorded so that a retry replays it
+/// and the chain's step advances, never charged.
+pub const PUBLIC_MECHANISM: &str = "public";
+
 /// One answered query: the inputs (to recognise a retry), the noisy value and its variance.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReleaseRecord {
@@ -92,7 +97,10 @@ pub struct ReleaseRecord {
 pub struct RunRecord {
     pub run_id: String,
     pub terms: RunTerms,
+    /// Releases charged (every answer but the public ones).
     pub released: u64,
+    /// Answers recorded as [`PUBLIC_MECHANISM`]: uncharged.
+    pub public: u64,
     /// The last release of each chain, if any (what a retry may ask for again).
     pub last: Vec<Option<ReleaseRecord>>,
 }
@@ -409,16 +417,17 @@ fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
             last: vec![None; terms.chains as usize],
             terms,
             released: 0,
+            public: 0,
         });
     }
     // SQLite takes the bare columns of a group from the row holding its MAX(step).
     let mut stmt = conn.prepare(
-        "SELECT run_id, chain, MAX(step), COUNT(*), mechanism, noise_multiplier, inputs, value,
-                noise_variance
+        "SELECT run_id, chain, MAX(step), SUM(mechanism <> ?1), mechanism, noise_multiplier,
+                inputs, value, noise_variance, SUM(mechanism = ?1)
          FROM releases WHERE run_id IN (SELECT run_id FROM runs WHERE closed = 0)
          GROUP BY run_id, chain",
     )?;
-    let mut rows = stmt.query([])?;
+    let mut rows = stmt.query([PUBLIC_MECHANISM])?;
     while let Some(r) = rows.next()? {
         let run_id: String = r.get(0)?;
         let chain: u32 = r.get(1)?;
@@ -426,6 +435,7 @@ fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
             continue;
         };
         run.released += r.get::<_, i64>(3)? as u64;
+        run.public += r.get::<_, i64>(9)? as u64;
         let record = ReleaseRecord {
             run_id,
             chain,
@@ -444,8 +454,9 @@ fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
     Ok(runs)
 }
 
-/// Closed runs: ids and reasons, and their releases summed per (variant, noise multiplier)
-/// in one GROUP BY. A release's multiplier is its run's (the release path copies it).
+/// Closed runs: ids and reasons, and their charged releases (not the public ones) summed per
+/// (variant, noise multiplier) in one GROUP BY. A release's multiplier is its run's (the
+/// release path copies it).
 fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
     let mut stmt = conn.prepare("SELECT run_id, closed_idle_seconds FROM runs WHERE closed = 1")?;
     let runs = stmt
@@ -464,11 +475,11 @@ fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
                 json_extract(runs.terms, '$.batch_size'), json_extract(runs.terms, '$.population'),
                 COUNT(*)
          FROM releases JOIN runs ON runs.run_id = releases.run_id
-         WHERE runs.closed = 1
+         WHERE runs.closed = 1 AND releases.mechanism <> ?1
          GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
     )?;
     let charges = stmt
-        .query_map([], |r| {
+        .query_map([PUBLIC_MECHANISM], |r| {
             Ok(ClosedCharge {
                 variant: r.get(0)?,
                 noise_multiplier: r.get(1)?,

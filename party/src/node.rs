@@ -16,8 +16,9 @@ use crate::config::RunLimits;
 use crate::error::PartyError;
 use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, HmcTerms, Ledger, RunRecord, RunTerms};
 use crate::noise::NoiseSource;
+use crate::release::Calibration;
 use crate::runs::{RunState, Runs, closed_releases, recorded_release, reservation};
-use crate::statistics::minibatch::barker_noise_multiplier;
+use crate::statistics::minibatch::{barker_bound, barker_noise_multiplier};
 pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
@@ -486,8 +487,10 @@ impl PartyNode {
         let noise = match (variant, plan.noise) {
             // DP Barker's noise is its variance share; its multiplier follows from the batch.
             (BARKER, NoiseRequest::Calibrate) => {
-                let s = barker_noise_multiplier(plan.batch_size.unwrap_or(1));
-                NoiseRequest::Tau(s / (n as f64).sqrt())
+                let batch = plan.batch_size.unwrap_or(1);
+                let tau = barker_noise_multiplier(batch) / (n as f64).sqrt();
+                self.check_barker_share(batch, plan.barker_variance.unwrap_or(0.0), tau)?;
+                NoiseRequest::Tau(tau)
             }
             (BARKER, NoiseRequest::Tau(tau)) => {
                 return invalid(format!(
@@ -514,6 +517,29 @@ impl PartyNode {
             population,
             hmc,
         })
+    }
+
+    /// Refuses a DP Barker share Cᵢ so small that no step of the run could be answered with
+    /// it: a release's bound and noise follow from the share, the batch and n alone
+    /// ([`barker_bound`]), the same at every step, so the release path's public check
+    /// ([`Calibration::check`]) is made here once, at the multiplier the run will have
+    /// (τ·√n, as admission computes it). A share whose noise variance underflows (below
+    /// about 2.2e-308) fails it at every step; one whose clip √(Cᵢ/(2b))·b/n underflows to 0
+    /// would pass it and answer 0 with noise variance 0 instead of Cᵢ, carrying nothing.
+    /// Refused before admission, so nothing is reserved or charged.
+    fn check_barker_share(&self, batch: u64, share: f64, tau: f64) -> Result<(), PartyError> {
+        let n = self.data.n();
+        let bound = barker_bound(n, batch, share);
+        let multiplier = tau * (n as f64).sqrt();
+        if bound.row > 0.0 && Calibration::check(bound, multiplier).is_ok() {
+            return Ok(());
+        }
+        Err(PartyError::InvalidArgument(format!(
+            "a {BARKER} run's variance share C_i = {share:e} is too small: with a batch of {batch} of this party's {n} rows its releases' clip ({:e}) or noise variance ({:e}) underflows, so no step could be answered; give a share of at least about {:e}",
+            bound.row,
+            (multiplier * bound.sensitivity).powi(2),
+            f64::MIN_POSITIVE
+        )))
     }
 
     /// The noise multiplier τ·√n of a requested τ over this party's rows, or why it is
@@ -601,6 +627,7 @@ impl PartyNode {
                 last: vec![None; terms.chains as usize],
                 terms,
                 released: 0,
+                public: 0,
             },
             Instant::now(),
         )?;

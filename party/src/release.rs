@@ -35,15 +35,29 @@
 //!
 //! A retry of the last (run, chain, step) with bit-identical inputs gets the stored answer,
 //! charged once; fresh noise for a repeated query would let a caller average it away.
+//!
+//! # Public answers
+//!
+//! A ratio query whose θ′ is θ bit for bit ([`Query::is_public`]) has the true value 0 for
+//! every dataset. It passes the same public checks as any step, then is answered without
+//! reading a row: 0 plus the noise the run states, which is none for the penalty variants
+//! (their sensitivity at ‖θ′ − θ‖ = 0 is 0, so σ² = 0) and the share Cᵢ for DP Barker (the
+//! coordinator's Barker correction is fitted for ΣCᵢ and stops a chain whose noise adds up
+//! to less). The answer's distribution is then the same for every dataset: it costs no
+//! privacy and is not charged. It is still a step: recorded in the ledger as
+//! [`PUBLIC_MECHANISM`] (never counted as a release, `ledger.rs`), the chain's step
+//! advances, and a retry replays it. Answering rather than refusing keeps a chain going
+//! whose proposal did not move (a move to θ itself is the same whether accepted or not),
+//! and the ledger still holds exactly the composition of the charged releases.
 use std::sync::atomic::Ordering;
 
 use fedmcmc_common::mechanism::GaussianMechanism;
 
 use crate::error::PartyError;
-use crate::ledger::ReleaseRecord;
+use crate::ledger::{PUBLIC_MECHANISM, ReleaseRecord};
 use crate::node::PartyNode;
 use crate::runs::ChainState;
-use crate::statistics::{Public, Query};
+use crate::statistics::{Computed, Public, Query};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
 /// 1.8e308, so the value, its noise and the coordinator's sum over parties stay finite.
@@ -188,16 +202,26 @@ impl PartyNode {
             clip: run.terms.clip,
         };
         let calibration = Calibration::check(statistic.bound(&public), noise_multiplier)?;
+        // A ratio of θ to itself: 0 for every dataset, answered without the rows and not
+        // charged (the module's "Public answers").
+        let public_answer = query.is_public();
 
         // Phase 2: the rows. Nothing below refuses on their account. One generator per
         // release, forked from the node's CSPRNG, draws the batch (if any) and the noise.
         let mut rng = self.noise.fork(key.chain, key.step);
-        let exact = statistic.compute(
-            self.model.as_ref(),
-            &self.data,
-            &calibration.bound,
-            &mut rng,
-        );
+        let exact = if public_answer {
+            Computed {
+                value: vec![0.0; query.released_len()],
+                inherent_variance: 0.0,
+            }
+        } else {
+            statistic.compute(
+                self.model.as_ref(),
+                &self.data,
+                &calibration.bound,
+                &mut rng,
+            )
+        };
         debug_assert!(
             // Slack for the rounding of a long sum.
             exact
@@ -220,16 +244,25 @@ impl PartyNode {
             run_id: key.run_id.to_string(),
             chain: key.chain,
             step: key.step,
-            mechanism: GAUSSIAN.to_string(),
+            mechanism: if public_answer {
+                PUBLIC_MECHANISM
+            } else {
+                GAUSSIAN
+            }
+            .to_string(),
             noise_multiplier: mechanism.noise_multiplier,
             inputs,
             value,
             noise_variance: variance,
         };
 
-        // Charge durably; nothing leaves if this fails.
+        // Charge durably (a public answer: record it); nothing leaves if this fails.
         self.ledger.record_release(&record).await?;
-        run.released.fetch_add(1, Ordering::SeqCst);
+        if public_answer {
+            run.public.fetch_add(1, Ordering::SeqCst);
+        } else {
+            run.released.fetch_add(1, Ordering::SeqCst);
+        }
 
         let answer = Contribution::from_record(&record, false);
         chain.next_step = key.step + 1;

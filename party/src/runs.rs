@@ -23,8 +23,11 @@ pub(crate) struct RunState {
     /// What the accountant composes for each release of this run.
     pub mechanism: MechanismKind,
     pub closed: AtomicBool,
-    /// Releases committed to the ledger so far.
+    /// Charged releases committed to the ledger so far.
     pub released: AtomicU64,
+    /// Public answers committed to the ledger so far (ratios of θ to itself, `release.rs`):
+    /// steps of the chains, never charged.
+    pub public: AtomicU64,
     pub chains: Vec<tokio::sync::Mutex<ChainState>>,
     /// When the run was last looked up (a step, a close): the lease counts from here.
     pub(crate) last_active: Mutex<Instant>,
@@ -82,6 +85,7 @@ impl RunState {
             mechanism,
             closed: AtomicBool::new(false),
             released: AtomicU64::new(record.released),
+            public: AtomicU64::new(record.public),
             last_active: Mutex::new(now),
             chains: record
                 .last
@@ -123,14 +127,20 @@ impl RunState {
         }
     }
 
-    /// What a closed run released, by noise multiplier, given each chain's steps: a DP HMC
-    /// chain's steps are its iterations' L + 1 gradients and one ratio each, in order.
+    /// What a closed run released and was charged for, by noise multiplier, given each
+    /// chain's steps: a DP HMC chain's steps are its iterations' L + 1 gradients and one
+    /// ratio each, in order, and its public answers are ratios (a gradient is never public).
     pub(crate) fn released_by_multiplier(&self, steps: &[u64]) -> Vec<(f64, u64)> {
         let released = self.released.load(Ordering::SeqCst);
         match self.terms.hmc {
             Some(h) => {
                 let per = self.terms.releases_per_iteration();
-                let ratios: u64 = steps.iter().map(|s| s / per).sum();
+                let public = self.public.load(Ordering::SeqCst);
+                let ratios = steps
+                    .iter()
+                    .map(|s| s / per)
+                    .sum::<u64>()
+                    .saturating_sub(public);
                 vec![
                     (self.terms.noise_multiplier, ratios),
                     (h.gradient_multiplier, released - ratios),

@@ -283,24 +283,23 @@ impl Party for PartyService {
     }
 }
 
-/// Checks `authorization: Bearer <token>` on every call, in constant time, and, where the
-/// operator listed client names, that the caller's TLS certificate carries one.
+/// Where the operator listed client names (`tls.allowed_clients`), refuses a caller whose TLS
+/// certificate carries none of them. Every service the party serves goes through it: the
+/// party's own (inside [`BearerAuth`]) and the health service, which asks for no token.
 #[derive(Clone)]
-pub struct BearerAuth {
-    expected: Arc<Vec<u8>>,
+pub struct ClientCheck {
     allowed: crate::tls::Allowed,
 }
 
-impl BearerAuth {
-    pub fn new(token: &str, allowed_clients: &[String]) -> Self {
-        BearerAuth {
-            expected: Arc::new(format!("Bearer {token}").into_bytes()),
+impl ClientCheck {
+    pub fn new(allowed_clients: &[String]) -> Self {
+        ClientCheck {
             allowed: Arc::new(allowed_clients.to_vec()),
         }
     }
 }
 
-impl tonic::service::Interceptor for BearerAuth {
+impl tonic::service::Interceptor for ClientCheck {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         if !self.allowed.is_empty() {
             let peer = request.peer_certs();
@@ -310,11 +309,40 @@ impl tonic::service::Interceptor for BearerAuth {
                 ));
             }
         }
-        let given = request
-            .metadata()
-            .get("authorization")
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
+        Ok(request)
+    }
+}
+
+/// Checks `authorization: Bearer <token>` on every call, in constant time, after the
+/// [`ClientCheck`]. A call must carry exactly one `authorization` entry: with two, which one
+/// a check reads would decide whether a wrong token passes.
+#[derive(Clone)]
+pub struct BearerAuth {
+    expected: Arc<Vec<u8>>,
+    clients: ClientCheck,
+}
+
+impl BearerAuth {
+    pub fn new(token: &str, allowed_clients: &[String]) -> Self {
+        BearerAuth {
+            expected: Arc::new(format!("Bearer {token}").into_bytes()),
+            clients: ClientCheck::new(allowed_clients),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let request = self.clients.call(request)?;
+        let mut entries = request.metadata().get_all("authorization").iter();
+        let given = entries.next().map(|v| v.as_bytes()).unwrap_or_default();
+        let more = entries.count();
+        if more > 0 {
+            return Err(Status::unauthenticated(format!(
+                "the call carries {} authorization headers; send exactly one bearer token",
+                more + 1
+            )));
+        }
         let same_len = given.len() == self.expected.len();
         let diff = given
             .iter()
@@ -386,8 +414,10 @@ pub async fn serve(
         .map(|t| t.allowed_clients.as_slice())
         .unwrap_or_default();
     // The standard gRPC health service (behind TLS, without the token), so that operators'
-    // probes need no party credentials: SERVING until shutdown begins.
+    // probes need no party credentials: SERVING until shutdown begins. It admits the same
+    // client certificate names as the party's service.
     let (health, health_service) = tonic_health::server::health_reporter();
+    let health_service = InterceptedService::new(health_service, ClientCheck::new(allowed));
     health.set_serving::<PartyServer<PartyService>>().await;
     let shutdown = async move {
         shutdown.await;

@@ -6,6 +6,7 @@ use std::path::Path;
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::config::{BudgetConfig, DataConfig, DataFormat, PartyConfig};
+use fedmcmc_party::tls::TlsFiles;
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
 use rand::SeedableRng;
@@ -69,6 +70,11 @@ struct Running {
 
 impl Running {
     async fn start(config: &PartyConfig) -> Running {
+        Self::start_with(config, None).await
+    }
+
+    /// Serves with mutual TLS under `tls` (its CA, the party's certificate, its allow-list).
+    async fn start_with(config: &PartyConfig, tls: Option<TlsFiles>) -> Running {
         let opened = fedmcmc_party::open(config).unwrap();
         let fingerprint = opened.node.describe().model_fingerprint;
         // As `party serve` does: idle runs are closed while the node lives.
@@ -79,11 +85,13 @@ impl Running {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            fedmcmc_party::service::serve(opened.node, &opened.token, None, listener, async {
+            let stopped = async {
                 let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+            };
+            let (node, token) = (opened.node, opened.token);
+            fedmcmc_party::service::serve(node, &token, tls.as_ref(), listener, stopped)
+                .await
+                .unwrap();
         });
         Running {
             addr,
@@ -100,25 +108,52 @@ impl Running {
     }
 
     async fn client_with(&self, token: Option<&str>) -> Client {
+        self.client_with_tokens(token.as_slice()).await
+    }
+
+    /// A client that sends one `authorization: Bearer <t>` entry per token, in order.
+    async fn client_with_tokens(&self, tokens: &[&str]) -> Client {
         let channel = Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()
             .connect()
             .await
             .unwrap();
-        let header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
-            token.map(|t| format!("Bearer {t}").parse().unwrap());
-        let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
-            if let Some(h) = &header {
-                req.metadata_mut().insert("authorization", h.clone());
-            }
-            Ok(req)
-        });
-        PartyClient::with_interceptor(channel, auth).max_encoding_message_size(16 << 20)
+        authorised(channel, tokens)
+    }
+
+    /// A channel over mutual TLS to the party (named `alpha`), as the holder of the
+    /// certificate `name` from the CA in `ca`.
+    async fn tls_channel(&self, ca: &Path, name: &str) -> Channel {
+        let tls = fedmcmc_party::tls::files_for(ca, name)
+            .client("alpha")
+            .unwrap();
+        Channel::from_shared(format!("https://{}", self.addr))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
     }
 
     async fn client(&self) -> Client {
         self.client_with(Some(TOKEN)).await
     }
+}
+
+/// A party client on `channel` that sends one `authorization: Bearer <t>` entry per token.
+fn authorised(channel: Channel, tokens: &[&str]) -> Client {
+    let headers: Vec<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> = tokens
+        .iter()
+        .map(|t| format!("Bearer {t}").parse().unwrap())
+        .collect();
+    let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
+        for h in &headers {
+            req.metadata_mut().append("authorization", h.clone());
+        }
+        Ok(req)
+    });
+    PartyClient::with_interceptor(channel, auth).max_encoding_message_size(16 << 20)
 }
 
 /// A party with ε = 1, δ = 1e-6 on a fresh directory, and a client for it.
@@ -208,6 +243,91 @@ async fn committed(client: &mut Client) -> f64 {
 
 const TH: [f64; 2] = [0.0, 3.0];
 const PROP: [f64; 2] = [0.01, 2.99];
+
+/// A call with two `authorization` entries is refused, saying two were sent, whichever comes
+/// first: a check that read only the first (or the last) let a right token beside a wrong one
+/// through. One right entry is still answered.
+#[tokio::test]
+async fn two_authorization_headers_are_refused_in_either_order() {
+    let (_dir, party, mut c) = fresh().await;
+    let wrong = "wrong-token-0123456789abcdef";
+    for tokens in [[TOKEN, wrong], [wrong, TOKEN], [TOKEN, TOKEN]] {
+        let mut two = party.client_with_tokens(&tokens).await;
+        for err in [
+            two.describe(pb::DescribeRequest {}).await.unwrap_err(),
+            open(&mut two, &party.fingerprint, plan(1, 1, tau(1.0)))
+                .await
+                .unwrap_err(),
+        ] {
+            assert_eq!(err.code(), Code::Unauthenticated, "{tokens:?}: {err:?}");
+            assert_eq!(
+                err.message(),
+                "the call carries 2 authorization headers; send exactly one bearer token",
+                "{tokens:?}"
+            );
+        }
+    }
+    assert_eq!(committed(&mut c).await, 0.0);
+    party.stop().await;
+}
+
+/// The allow-list of client certificate names holds for the health service as for the
+/// party's own: a certificate from the federation's CA whose name the party does not admit is
+/// refused by both (PERMISSION_DENIED), and the admitted one gets the health answer without
+/// a token (operators' probes carry none) and the party's answers with it.
+#[tokio::test]
+async fn the_health_service_admits_only_the_allowed_client_names() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("tls");
+    let names = ["alpha", "coordinator", "intruder"].map(String::from);
+    fedmcmc_party::tls::issue(&ca, &names).unwrap();
+    let tls = TlsFiles {
+        allowed_clients: vec!["coordinator".into()],
+        ..fedmcmc_party::tls::files_for(&ca, "alpha")
+    };
+    let party = Running::start_with(&party_dir(dir.path(), 1.0, 1e-6), Some(tls)).await;
+    let check = |service: &str| HealthCheckRequest {
+        service: service.into(),
+    };
+    let party_service = "fedmcmc.v1.Party";
+
+    let admitted = party.tls_channel(&ca, "coordinator").await;
+    let mut health = HealthClient::new(admitted.clone());
+    for service in ["", party_service] {
+        let status = health
+            .check(check(service))
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let d = authorised(admitted, &[TOKEN])
+        .describe(pb::DescribeRequest {})
+        .await
+        .unwrap();
+    assert_eq!(d.into_inner().party_name, "alpha");
+
+    let excluded = party.tls_channel(&ca, "intruder").await;
+    let mut health = HealthClient::new(excluded.clone());
+    for service in ["", party_service] {
+        let err = health.check(check(service)).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{service:?}: {err:?}");
+        assert_eq!(
+            err.message(),
+            "this party does not admit the caller's certificate name"
+        );
+    }
+    let err = authorised(excluded, &[TOKEN])
+        .describe(pb::DescribeRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    party.stop().await;
+}
 
 #[tokio::test]
 async fn over_budget_open_run_is_refused_with_what_is_left() {

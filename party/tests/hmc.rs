@@ -442,3 +442,88 @@ async fn an_hmc_run_survives_restarts_with_its_reservation_and_its_charge() {
     let after = third.describe().epsilon_committed;
     assert!((after - want).abs() <= 1e-9 * want, "{after} vs {want}");
 }
+
+/// Step `step` of chain 0 of an HMC run with L = 1 (gradient, gradient, ratio per
+/// iteration): the ratio of step 2 at θ′ = θ, that of step 5 at a θ′ that moved.
+async fn ask(node: &PartyNode, run_id: &str, step: u64) -> fedmcmc_party::release::Contribution {
+    let (theta, moved) = ([0.0, 3.0], [0.01, 2.99]);
+    let key = StepKey {
+        run_id,
+        chain: 0,
+        step,
+    };
+    let query = match step {
+        2 => Query::LogLikRatio {
+            theta: &theta,
+            theta_proposed: &theta,
+        },
+        5 => Query::LogLikRatio {
+            theta: &theta,
+            theta_proposed: &moved,
+        },
+        _ => Query::Gradient { theta: &theta },
+    };
+    node.step(&key, query).await.unwrap()
+}
+
+/// The coordinator's HMC kernel asks the ratio at θ′ = θ when a trajectory diverges. That
+/// answer is public (0 for every dataset, noise variance 0) and not charged: the run is
+/// charged its gradients and its other ratios (Thm 4.3), after a restart of its durable
+/// ledger too, which reads the public answer back as a step of the chain (a retry replays
+/// it) and not as a release.
+#[tokio::test]
+async fn an_hmc_ratio_of_theta_to_itself_is_a_step_without_a_charge() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let start = || {
+        node_on(
+            Neighbours::Substitute,
+            None,
+            budget(),
+            Ledger::open(&path).unwrap(),
+        )
+    };
+    let (first, fingerprint, _) = start();
+    let grant = first
+        .open_run(hmc(3, 1, 0.5, 0.8), &fingerprint)
+        .await
+        .unwrap();
+    for step in 0..3 {
+        ask(&first, &grant.run_id, step).await;
+    }
+    let public = ask(&first, &grant.run_id, 2).await;
+    assert!(public.replayed);
+    assert_eq!(
+        (public.value.as_slice(), public.noise_variance),
+        (&[0.0][..], 0.0)
+    );
+    drop(first);
+
+    let (second, _, _) = start();
+    // The chain stands at step 3; step 2, the public answer read back, replays.
+    let again = ask(&second, &grant.run_id, 2).await;
+    assert!(again.replayed);
+    assert_eq!(again, public);
+    for step in 3..7 {
+        ask(&second, &grant.run_id, step).await;
+    }
+    let closed = second.close_run(&grant.run_id).await.unwrap();
+    // 1 ratio (step 5), 5 gradients (steps 0, 1, 3, 4, 6); step 2 is free.
+    let n = ROWS as f64;
+    let want = theorem_4_3_epsilon(
+        1.0 / (2.0 * 0.25 * n) + 5.0 / (2.0 * 0.64 * n),
+        budget().delta,
+    );
+    println!(
+        "7 steps, 6 charged: ε = {:.9}, Thm 4.3 {want:.9}",
+        closed.run_epsilon
+    );
+    assert_eq!(closed.releases, 6);
+    assert!((closed.run_epsilon - want).abs() <= 1e-9 * want);
+    assert!((closed.epsilon_committed - want).abs() <= 1e-9 * want);
+    drop(second);
+
+    let (third, _, _) = start();
+    let after = third.describe().epsilon_committed;
+    assert!((after - want).abs() <= 1e-9 * want, "{after} vs {want}");
+}

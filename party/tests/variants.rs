@@ -271,3 +271,236 @@ async fn add_remove_parties_refuse_the_minibatch_variants() {
         }
     }
 }
+
+/// The accountant's ε for `count` releases of `mechanism` at multiplier `s`, at the party's δ.
+fn epsilon_of(mechanism: MechanismKind, s: f64, count: u64) -> f64 {
+    let config = budget();
+    let composition = Composition::new(
+        vec![Release {
+            mechanism,
+            noise_multiplier: s,
+            count: count as f64,
+        }],
+        Neighbours::Substitute,
+    )
+    .unwrap();
+    config
+        .accountant
+        .epsilon(&composition, config.delta)
+        .unwrap()
+        .estimate
+        .value
+}
+
+/// A DP Barker share so small that no step could be answered with it (its noise variance,
+/// which is the share, underflows below f64's smallest normal number; or its clip underflows
+/// to 0) is refused at OpenRun with INVALID_ARGUMENT, alike for neighbouring rows, before
+/// anything is reserved. Around the threshold, a share is granted exactly when a step of it
+/// is answered, with the share as its noise variance.
+#[tokio::test]
+async fn a_barker_share_too_small_to_answer_is_refused_at_open_run() {
+    let (theta, prop) = ([0.0, 3.0], [0.05, 2.95]);
+    let calls = vec![
+        Call::Open(barker_plan(1, 5, 60, 1e-310)),
+        Call::Open(barker_plan(1, 5, 16, 5e-324)),
+        Call::Open(barker_plan(1, 5, 60, 1e-300)),
+        step_as(QueryKind::Barker, 0, 0, &theta, &prop),
+    ];
+    for t in decided_alike(ROWS, &calls, budget()).await {
+        for (d, share) in t.decisions[..2].iter().zip(["1e-310", "5e-324"]) {
+            assert!(
+                contract::refused(tonic::Code::InvalidArgument, "too small")(d),
+                "{d:?}"
+            );
+            let contract::Decision::Refused { message, .. } = d else {
+                unreachable!()
+            };
+            assert!(message.contains(share), "{message}");
+            assert!(message.contains("no step could be answered"), "{message}");
+        }
+        assert!(matches!(t.decisions[2], contract::Decision::Granted { .. }));
+        let contract::Decision::Released { noise_variance, .. } = t.decisions[3] else {
+            panic!("{:?}", t.decisions[3]);
+        };
+        let v = f64::from_bits(noise_variance);
+        assert!((v - 1e-300).abs() <= 1e-12 * 1e-300, "{v}");
+    }
+
+    let (node, fingerprint) = node(Neighbours::Substitute, budget());
+    for share in [1e-310, 5e-324] {
+        let err = node.open_run(barker(60, share), &fingerprint).await;
+        assert!(
+            matches!(err, Err(PartyError::InvalidArgument(_))),
+            "{err:?}"
+        );
+    }
+    let d = node.describe();
+    assert_eq!((d.open_runs, d.epsilon_committed), (0, 0.0));
+
+    // Around f64::MIN_POSITIVE: granted iff a step is answered.
+    let (mut granted, mut refused) = (0, 0);
+    for batch in [16, 60, ROWS as u64] {
+        for f in [0.98, 0.995, 0.999_999, 1.0, 1.000_001, 1.005, 1.02] {
+            let share = f64::MIN_POSITIVE * f;
+            match node.open_run(barker(batch, share), &fingerprint).await {
+                Ok(grant) => {
+                    granted += 1;
+                    let key = StepKey {
+                        run_id: &grant.run_id,
+                        chain: 0,
+                        step: 0,
+                    };
+                    let query = Query::BarkerLogLikRatio {
+                        theta: &theta,
+                        theta_proposed: &prop,
+                    };
+                    let answer = node.step(&key, query).await;
+                    let answer =
+                        answer.unwrap_or_else(|e| panic!("b = {batch}, C = {share:e}: {e}"));
+                    assert!(answer.noise_variance >= f64::MIN_POSITIVE);
+                    node.close_run(&grant.run_id).await.unwrap();
+                }
+                Err(PartyError::InvalidArgument(m)) if m.contains("too small") => refused += 1,
+                Err(e) => panic!("b = {batch}, C = {share:e}: {e}"),
+            }
+        }
+    }
+    println!("around the threshold: {granted} granted, {refused} refused");
+    assert!(granted > 0 && refused > 0);
+}
+
+/// A ratio query whose θ′ is θ bit for bit has the value 0 for every dataset. Each ratio
+/// variant answers it without a charge (0 with noise variance 0 for the penalty variants, 0
+/// plus noise of the run's share for DP Barker, whose coordinator needs ΣCᵢ), as a step: the
+/// chain advances, a retry replays the same answer, and the run is charged only its other
+/// releases. Alike for neighbouring rows.
+#[tokio::test]
+async fn a_ratio_of_theta_to_itself_is_answered_without_a_charge() {
+    let (same, theta, prop) = ([0.3, 2.5], [0.0, 3.0], [0.05, 2.95]);
+    let kinds = [QueryKind::Full, QueryKind::Minibatch, QueryKind::Barker];
+    let mut calls = vec![
+        Call::Open(plan(1, 4, 2.0, tau(0.5))),
+        Call::Open(minibatch_plan(1, 4, 2.0, 100, tau(0.5))),
+        Call::Open(barker_plan(1, 4, 60, 2.0)),
+    ];
+    for (slot, kind) in kinds.into_iter().enumerate() {
+        calls.push(step_as(kind, slot, 0, &same, &same));
+        calls.push(Call::Step {
+            kind,
+            run: contract::RunRef::Slot(slot),
+            chain: 0,
+            step: contract::StepAt::Last,
+            theta: same.to_vec(),
+            theta_proposed: same.to_vec(),
+        });
+        calls.push(step_as(kind, slot, 0, &theta, &prop));
+        calls.push(step_as(kind, slot, 0, &same, &same));
+        calls.push(Call::Close(contract::RunRef::Slot(slot)));
+    }
+    for t in decided_alike(ROWS, &calls, budget()).await {
+        for slot in 0..3 {
+            let d = &t.decisions[3 + 5 * slot..3 + 5 * (slot + 1)];
+            // The run's σ²: 0 for a penalty run at θ′ = θ, as every Barker release's (the
+            // share, up to the rounding of (s·Δ)²) for the Barker run.
+            let variance = match (slot, &d[2]) {
+                (2, contract::Decision::Released { noise_variance, .. }) => *noise_variance,
+                _ => 0.0f64.to_bits(),
+            };
+            assert!((f64::from_bits(variance) - [0.0, 0.0, 2.0][slot]).abs() < 1e-12);
+            let public = |replayed| contract::Decision::Released {
+                noise_variance: variance,
+                replayed,
+            };
+            assert_eq!(d[0], public(false), "run {slot}: {d:?}");
+            assert_eq!(d[1], public(true), "run {slot}: {d:?}");
+            assert!(contract::fresh(&d[2]), "run {slot}: {d:?}");
+            assert_eq!(d[3], public(false), "run {slot}: {d:?}");
+            assert_eq!(d[4], contract::Decision::Closed { releases: 1 });
+        }
+    }
+
+    // The values, and the charge: one release of each run's mechanism.
+    let (node, fingerprint) = node(Neighbours::Substitute, budget());
+    let n = ROWS as u64;
+    let mut committed = 0.0;
+    for (plan, mechanism) in [
+        (
+            Plan::full_penalty(1, 4, 2.0, NoiseRequest::Tau(0.5)),
+            MechanismKind::Gaussian,
+        ),
+        (
+            minibatch(100, NoiseRequest::Tau(0.5)),
+            MechanismKind::BatchGaussian {
+                batch: 100,
+                population: n,
+            },
+        ),
+        (
+            barker(60, 2.0),
+            MechanismKind::DpBarker {
+                batch: 60,
+                population: n,
+            },
+        ),
+    ] {
+        let variant = plan.variant.clone();
+        let grant = node.open_run(plan, &fingerprint).await.unwrap();
+        let ask = |step, theta: &'static [f64; 2], prop: &'static [f64; 2]| {
+            let run_id = grant.run_id.clone();
+            let variant = variant.clone();
+            let node = &node;
+            async move {
+                let key = StepKey {
+                    run_id: &run_id,
+                    chain: 0,
+                    step,
+                };
+                let (theta, theta_proposed) = (&theta[..], &prop[..]);
+                let query = match variant.as_str() {
+                    BARKER => Query::BarkerLogLikRatio {
+                        theta,
+                        theta_proposed,
+                    },
+                    MINIBATCH_PENALTY => Query::MinibatchLogLikRatio {
+                        theta,
+                        theta_proposed,
+                    },
+                    _ => Query::LogLikRatio {
+                        theta,
+                        theta_proposed,
+                    },
+                };
+                node.step(&key, query).await.unwrap()
+            }
+        };
+        const SAME: [f64; 2] = [0.3, 2.5];
+        const THETA: [f64; 2] = [0.0, 3.0];
+        const PROP: [f64; 2] = [0.05, 2.95];
+        let first = ask(0, &SAME, &SAME).await;
+        let again = ask(0, &SAME, &SAME).await;
+        assert!(!first.replayed && again.replayed);
+        assert_eq!(first.value[0].to_bits(), again.value[0].to_bits());
+        let charged = ask(1, &THETA, &PROP).await;
+        assert!(charged.noise_variance > 0.0);
+        if variant == BARKER {
+            assert_eq!(first.noise_variance, charged.noise_variance);
+            assert!(first.value[0].is_finite() && first.value[0] != 0.0);
+        } else {
+            assert_eq!(
+                (first.value.as_slice(), first.noise_variance),
+                (&[0.0][..], 0.0)
+            );
+        }
+        ask(2, &SAME, &SAME).await;
+        let closed = node.close_run(&grant.run_id).await.unwrap();
+        let want = epsilon_of(mechanism, grant.noise_multiplier, 1);
+        println!(
+            "{variant}: 3 steps, 1 charged, ε = {} (accountant {want})",
+            closed.run_epsilon
+        );
+        assert_eq!(closed.releases, 1);
+        assert_eq!(closed.run_epsilon, want, "{variant}");
+        committed = closed.epsilon_committed;
+    }
+    assert_eq!(node.describe().epsilon_committed, committed);
+}

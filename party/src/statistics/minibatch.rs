@@ -106,6 +106,20 @@ pub fn barker_noise_multiplier(batch: u64) -> f64 {
     (batch as f64 / 2.0).sqrt()
 }
 
+/// The [`Bound`] of every DP Barker release of a run with share Cᵢ and batch b over n rows
+/// (see [`BarkerRatio::bound`]): it depends on no θ, so OpenRun checks it once for all the
+/// run's steps.
+pub fn barker_bound(rows: usize, batch: u64, share: f64) -> Bound {
+    let (n, b) = (rows as f64, batch as f64);
+    let a = n / b;
+    let row = (share / (2.0 * b)).sqrt() / a;
+    Bound {
+        row,
+        sensitivity: 2.0 * a * row,
+        statistic: n * row,
+    }
+}
+
 impl Statistic for BarkerRatio<'_> {
     /// Räisä 2020, Thm 3.3 holds for total noise variance 2 and tempered per-row ratios within
     /// √b/n, i.e. each row moves λ* by at most 1/√b. Scaling both, a party with share Cᵢ
@@ -119,14 +133,7 @@ impl Statistic for BarkerRatio<'_> {
     /// construction). The noise std √Cᵢ over the sensitivity 2at = √(2Cᵢ/b) gives the
     /// multiplier √(b/2).
     fn bound(&self, public: &Public<'_>) -> Bound {
-        let (n, b) = (public.rows as f64, self.ratio.batch as f64);
-        let a = n / b;
-        let row = (self.share / (2.0 * b)).sqrt() / a;
-        Bound {
-            row,
-            sensitivity: 2.0 * a * row,
-            statistic: n * row,
-        }
+        barker_bound(public.rows, self.ratio.batch, self.share)
     }
 
     fn compute(

@@ -116,6 +116,29 @@ impl<'a> Query<'a> {
             .collect()
     }
 
+    /// Whether the query's true value is the same for every dataset, public before any row
+    /// is read: a log-likelihood ratio (full-data, minibatch or DP Barker) whose θ′ is θ bit
+    /// for bit, where every row's ratio ℓ(x|θ) − ℓ(x|θ) is 0 and so is the statistic.
+    /// [`PartyNode::step`](crate::PartyNode::step) answers it without reading a row and
+    /// without a charge.
+    pub fn is_public(&self) -> bool {
+        match self {
+            Query::LogLikRatio { .. }
+            | Query::MinibatchLogLikRatio { .. }
+            | Query::BarkerLogLikRatio { .. } => {
+                let (theta, theta_proposed) = self.thetas();
+                theta.len() == theta_proposed.len()
+                    && theta
+                        .iter()
+                        .zip(theta_proposed)
+                        .all(|(a, b)| a.to_bits() == b.to_bits())
+            }
+            Query::Gradient { .. } | Query::SufficientStatistics { .. } | Query::Summary { .. } => {
+                false
+            }
+        }
+    }
+
     /// The query's wire name, for messages.
     pub fn name(&self) -> &'static str {
         match self {
