@@ -209,7 +209,10 @@ pub async fn from_summaries<P: PartyHandle>(
     let rows = parties.iter().map(|p| p.rows).sum();
     let (point, sds) = crate::summaries::approximate(model, &release, rows);
     Ok(Initialised {
-        method: format!("the summaries route's releases: {line}"),
+        method: format!(
+            "the summaries route's {releases} releases (in place of the climb's {} steps): {line}",
+            settings.steps
+        ),
         settings: InitialiserSettings {
             steps: releases,
             ..settings
