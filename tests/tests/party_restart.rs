@@ -84,7 +84,7 @@ fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(result.status.success(), "the run failed: {stderr}");
     assert!(
-        stderr.contains("resending the same step"),
+        stderr.contains("resending the same call") && stderr.contains("call=\"Step "),
         "the coordinator never had to resend: {stderr}"
     );
 

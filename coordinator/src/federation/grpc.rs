@@ -144,7 +144,7 @@ impl Tries {
         if self.start.elapsed() + wait + self.deadlines.attempt / 4 > self.deadlines.call {
             return false;
         }
-        tracing::warn!(call = what, attempt = self.attempt, error = %error, "party call failed, trying again");
+        tracing::warn!(call = what, attempt = self.attempt, error = %error, "party call failed, resending the same call");
         tokio::time::sleep(wait).await;
         self.attempt += 1;
         true
