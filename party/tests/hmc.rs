@@ -126,6 +126,16 @@ async fn hmc_and_initialiser_requests_are_decided_alike_for_neighbouring_rows() 
     }
 }
 
+/// A substitute-neighbour node whose ledger is the file at `path` (opened afresh: a restart).
+fn on_disk(path: &std::path::Path) -> (PartyNode, String, Columns) {
+    node_on(
+        Neighbours::Substitute,
+        None,
+        budget(),
+        Ledger::open(path).unwrap(),
+    )
+}
+
 /// A node over `ROWS` rows of the flat banana (row `extreme`, if given, replaced by values
 /// whose gradient norm overflows) under `neighbours`, with an in-memory ledger.
 fn node_on(
@@ -397,14 +407,7 @@ async fn a_gradient_release_is_the_clipped_sum_with_its_stated_noise() {
 async fn an_hmc_run_survives_restarts_with_its_reservation_and_its_charge() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
-    let start = || {
-        node_on(
-            Neighbours::Substitute,
-            None,
-            budget(),
-            Ledger::open(&path).unwrap(),
-        )
-    };
+    let start = || on_disk(&path);
     let (first, fingerprint, _) = start();
     let grant = first
         .open_run(hmc(5, 3, 0.5, 0.8), &fingerprint)
@@ -475,14 +478,7 @@ async fn ask(node: &PartyNode, run_id: &str, step: u64) -> fedmcmc_party::releas
 async fn an_hmc_ratio_of_theta_to_itself_is_a_step_without_a_charge() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
-    let start = || {
-        node_on(
-            Neighbours::Substitute,
-            None,
-            budget(),
-            Ledger::open(&path).unwrap(),
-        )
-    };
+    let start = || on_disk(&path);
     let (first, fingerprint, _) = start();
     let grant = first
         .open_run(hmc(3, 1, 0.5, 0.8), &fingerprint)
