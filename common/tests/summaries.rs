@@ -96,9 +96,9 @@ fn mean_summaries_cover_at_their_nominal_rates() {
                     .iter()
                     .flat_map(|c| c.states[sampled.warmup..].iter().map(|x| x[j]))
                     .collect();
-                let q = |p| fedmcmc_common::diagnostics::quantile(&xs, p);
-                cover50 += usize::from(q(0.25) <= t && t <= q(0.75));
-                cover90 += usize::from(q(0.05) <= t && t <= q(0.95));
+                let marginal = support::Marginal::of(&xs);
+                cover50 += usize::from(marginal.covers50(t));
+                cover90 += usize::from(marginal.covers90(t));
                 n += 1;
             }
         }

@@ -39,7 +39,7 @@ pub struct Marginal {
 }
 
 impl Marginal {
-    fn of(draws: &[f64]) -> Self {
+    pub fn of(draws: &[f64]) -> Self {
         Marginal {
             q: [0.05, 0.25, 0.75, 0.95].map(|p| quantile(draws, p)),
         }
