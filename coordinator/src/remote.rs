@@ -419,7 +419,7 @@ mod tests {
             let releases = if family == Family::Gaussian {
                 "1 release"
             } else {
-                "5 releases"
+                "8 releases"
             };
             assert!(why.contains(&format!("{releases} once")), "{why}");
         }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::noise_aware::rounds::DEFAULT_RELEASES;
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::checkpoint::Checkpoint;
 use fedmcmc_coordinator::federation::local::nodes;
@@ -317,7 +318,7 @@ fn the_summaries_route_killed_mid_release_resumes_to_the_straight_runs_draws() {
     let checkpoint = Checkpoint::start(dir.path(), "test", &()).unwrap();
     let dead = Arc::new(AtomicBool::new(false));
     let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    // Two parties, five releases each: dead after the sixth step, in the third release.
+    // Two parties, eight releases each: dead after the sixth step, in the third release.
     let federation = Federation::new(
         nodes
             .iter()
@@ -355,7 +356,7 @@ fn the_summaries_route_killed_mid_release_resumes_to_the_straight_runs_draws() {
     assert_eq!(resumed.inits, straight.inits);
     assert_eq!(resumed.traces, straight.traces);
     for ((r, s), (_, node)) in resumed.closed.iter().zip(&straight.closed).zip(&nodes) {
-        assert_eq!(r.releases, 5);
+        assert_eq!(r.releases, u64::from(DEFAULT_RELEASES));
         assert_eq!(r.run_epsilon, s.run_epsilon);
         assert_eq!(
             PartyNode::describe(node).epsilon_committed,

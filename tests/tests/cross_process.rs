@@ -231,7 +231,7 @@ fn simulate_runs_a_glm_over_named_columns() {
 /// The summaries route over gRPC and mutual TLS: the gaussian GLM's one release per party at
 /// a generous budget (ε = 10⁵: at 1000 the noise of the presets' ±20 label bound still moves
 /// the means by a tenth of a posterior sd, and the MMD sees it) gives its exact posterior (the MMD to the exact draws within a few times
-/// that of independent exact draws), and a logistic GLM at ε = 3 spends its five releases per
+/// that of independent exact draws), and a logistic GLM at ε = 3 spends its eight releases per
 /// party once and converges (R̂ ≤ 1.01, bulk and tail ESS ≥ 400 for every coefficient).
 #[test]
 fn simulate_samples_the_summaries_route() {

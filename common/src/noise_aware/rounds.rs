@@ -61,8 +61,15 @@ pub struct Schedule {
     pub window: f64,
 }
 
-/// Releases when the summary is approximate.
-pub const DEFAULT_RELEASES: u32 = 5;
+/// Releases when the summary is approximate. More pilots reach the mode of a saturated
+/// logistic GLM (θ drawn from N(0, 1), d = 5, 20 000 rows): with 5 releases its Newton
+/// pilots were still climbing when the last one stepped back towards the prior along the
+/// direction the local curvature no longer measures, and 90 % intervals covered 85 % at
+/// ε = 0.5 and 83 % at ε = 1 (z-scores' rms 1.30, 1.35; 100 repetitions); with 8, 89 % both
+/// (rms 1.13, 1.10), while with 2 000 rows, where noise dominates, coverage stayed within
+/// a point. Stopping the pilots once a step is within √d posterior sds (the noise's own
+/// reach) averaged more finals and covered 82 %.
+pub const DEFAULT_RELEASES: u32 = 8;
 /// Pilots at least when the summary is approximate: a global one and one Newton step.
 pub const DEFAULT_MIN_PILOTS: u32 = 2;
 /// The finals' window in sds of the linear predictor under the last pilot's plug-in
