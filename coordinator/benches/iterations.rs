@@ -74,7 +74,7 @@ async fn time_chains<P: PartyHandle>(
     let plans = variant
         .plans(&infos, chains, iterations, clip, noise)
         .unwrap();
-    federation.open(&plans, &model.fingerprint()).await.unwrap();
+    federation.open(&plans, &model).await.unwrap();
     let config = SamplerConfig {
         variant,
         chains,

@@ -203,7 +203,7 @@ pub async fn run<P: PartyHandle>(
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }
-    let grants = federation.open(&plans, &model.fingerprint()).await?;
+    let grants = federation.open(&plans, &model).await?;
     for (p, g) in parties.iter().zip(&grants) {
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
     }

@@ -110,6 +110,7 @@ mod tests {
             model_fingerprint: "f".into(),
             dim: 2,
             rows,
+            neighbours: fedmcmc_common::neighbours::Neighbours::Substitute,
             epsilon,
             delta,
             epsilon_committed: 0.0,

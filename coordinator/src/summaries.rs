@@ -105,7 +105,7 @@ pub async fn run<P: PartyHandle>(
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }
-    let grants = federation.open(&plans, &model.fingerprint()).await?;
+    let grants = federation.open(&plans, &model).await?;
     let released = release(federation, &model, schedule, stop).await;
     // Close at once, also after a failure: the sampling needs no party.
     let closed = federation.close().await?;

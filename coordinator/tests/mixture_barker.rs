@@ -51,7 +51,7 @@ async fn experiment(rows: usize, iterations: u64) -> (Vec<Vec<f64>>, f64, f64, f
     let plans = variant
         .plans(&infos, CHAINS, iterations, 0.0, NoiseChoice::Calibrate)
         .unwrap();
-    federation.open(&plans, &model.fingerprint()).await.unwrap();
+    federation.open(&plans, &model).await.unwrap();
     let config = SamplerConfig {
         variant,
         chains: CHAINS,

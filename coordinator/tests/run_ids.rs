@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_coordinator::checkpoint::Checkpoint;
 use fedmcmc_coordinator::federation::recorded::Recorded;
 use fedmcmc_coordinator::federation::{
@@ -14,8 +16,9 @@ use fedmcmc_coordinator::federation::{
     RunPlan,
 };
 
-/// A party that grants the run ids it is given, in turn, answers every step with zeros, and
-/// notes the runs it is asked to close.
+/// A party of one row that grants the run ids it is given, in turn, answers every step with
+/// zeros (the honest answer to the ratio of θ to itself), and notes the runs it is asked to
+/// close.
 struct Stub {
     ids: Mutex<VecDeque<String>>,
     closed: Arc<Mutex<Vec<String>>>,
@@ -30,7 +33,19 @@ fn stub(ids: &[&str]) -> (Stub, Arc<Mutex<Vec<String>>>) {
 
 impl PartyHandle for Stub {
     async fn describe(&self) -> Result<PartyInfo, CallError> {
-        unreachable!("not asked here")
+        Ok(PartyInfo {
+            name: "stub".into(),
+            model: "banana".into(),
+            model_fingerprint: model().fingerprint(),
+            dim: 2,
+            rows: 1,
+            neighbours: Neighbours::Substitute,
+            epsilon: 1.0,
+            delta: 1e-5,
+            epsilon_committed: 0.0,
+            mu_remaining: 1.0,
+            variants: vec!["full-penalty".into()],
+        })
     }
     async fn open_run(&self, _: &RunPlan, _: &str) -> Result<Grant, CallError> {
         let run_id = self.ids.lock().unwrap().pop_front().expect("an id left");
@@ -47,7 +62,7 @@ impl PartyHandle for Stub {
     async fn step(&self, _: &str, _: u32, _: u64, q: Query<'_>) -> Result<Contribution, CallError> {
         Ok(Contribution {
             value: vec![0.0; q.released_len()],
-            noise_variance: 1.0,
+            noise_variance: 0.0,
         })
     }
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
@@ -61,7 +76,7 @@ impl PartyHandle for Stub {
 }
 
 const PLAN: RunPlan = RunPlan {
-    variant: "sufficient-statistics",
+    variant: "full-penalty",
     chains: 1,
     steps_per_chain: 2,
     clip: 1.0,
@@ -71,7 +86,14 @@ const PLAN: RunPlan = RunPlan {
     hmc: None,
 };
 
-const QUERY: Query<'static> = Query::SufficientStatistics { entries: 2 };
+const QUERY: Query<'static> = Query::LogLikRatio {
+    theta: &[0.0, 0.0],
+    theta_proposed: &[0.0, 0.0],
+};
+
+fn model() -> Arc<dyn Model> {
+    ModelSpec::flat_banana(2).build().unwrap()
+}
 
 const HONEST: &str = "0123456789abcdef0123456789abcdef";
 
@@ -154,7 +176,7 @@ async fn path_like_run_ids_are_refused_by_name_and_nothing_is_written_outside_th
         let absolute = root.path().join("victim").display().to_string();
         let bad = if bad == "/" { &absolute } else { bad };
         let (fed, honest_closed, _) = federation(&checkpoint, &[HONEST], &[bad]);
-        let e = fed.open(&[PLAN, PLAN], "f").await.unwrap_err().to_string();
+        let e = fed.open(&[PLAN, PLAN], &model()).await.unwrap_err().to_string();
         let shown = format!("{bad:?}");
         let shown = &shown[..shown.len().min(60)];
         assert!(
@@ -196,7 +218,7 @@ async fn a_run_id_a_party_repeats_is_refused_and_two_parties_ids_are_kept_apart(
         &["same", "same", "SAME"],
     );
     // Two parties answering the same id: each party's steps are in its own directory.
-    let grants = fed.open(&[PLAN, PLAN], "f").await.unwrap();
+    let grants = fed.open(&[PLAN, PLAN], &model()).await.unwrap();
     assert_eq!(
         (grants[0].run_id.as_str(), grants[1].run_id.as_str()),
         ("same", "same")
@@ -211,7 +233,7 @@ async fn a_run_id_a_party_repeats_is_refused_and_two_parties_ids_are_kept_apart(
     // The same party answering a run id of this job again, in any case, is refused.
     for _ in 0..2 {
         honest_closed.lock().unwrap().clear();
-        let e = fed.open(&[PLAN, PLAN], "f").await.unwrap_err().to_string();
+        let e = fed.open(&[PLAN, PLAN], &model()).await.unwrap_err().to_string();
         assert!(
             e.starts_with("party hostile: ")
                 && e.contains(

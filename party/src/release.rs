@@ -52,9 +52,11 @@
 use std::sync::atomic::Ordering;
 
 use fedmcmc_common::mechanism::GaussianMechanism;
+use fedmcmc_common::models::Model;
+use fedmcmc_common::neighbours::Neighbours;
 
 use crate::error::PartyError;
-use crate::ledger::{PUBLIC_MECHANISM, ReleaseRecord};
+use crate::ledger::{PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
 use crate::runs::ChainState;
 use crate::statistics::{Computed, Public, Query};
@@ -144,6 +146,37 @@ impl Calibration {
         }
         Ok(Calibration { bound, mechanism })
     }
+}
+
+/// What an honest party's answer to `query` at `step` of a run with `terms` is bound by, from
+/// public facts only: the statistic's [`Bound`] and the mechanism whose variance the answer
+/// states. [`PartyNode::step`] calibrates each release by the same two functions
+/// (`Query::statistic`, then [`Calibration::check`] of its bound); the coordinator, which knows
+/// the run's terms, checks every answer against this (a stated variance other than σ² =
+/// (sΔ)², or a value beyond the statistic's bound by more than its noise could carry, is
+/// no honest party's answer).
+pub fn expected(
+    model: &dyn Model,
+    terms: &RunTerms,
+    rows: usize,
+    neighbours: Neighbours,
+    step: u64,
+    query: Query<'_>,
+) -> Result<Calibration, PartyError> {
+    // A sufficient-statistics release's bound does not read the sums, only their count.
+    let zeros = match query {
+        Query::SufficientStatistics { entries } => vec![0.0; entries],
+        _ => Vec::new(),
+    };
+    let summed = matches!(query, Query::SufficientStatistics { .. }).then_some(zeros.as_slice());
+    let (statistic, noise_multiplier) = query.statistic(model, terms, step, summed)?;
+    let public = Public {
+        model,
+        rows,
+        neighbours,
+        clip: terms.clip,
+    };
+    Calibration::check(statistic.bound(&public), noise_multiplier)
 }
 
 /// `x ≤ cap`, false for NaN: a cap check that no NaN slips through.

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::service::{variant_from_name, variant_name};
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
@@ -360,6 +361,19 @@ impl PartyHandle for GrpcParty {
             model_fingerprint: d.model_fingerprint,
             dim: d.dim as usize,
             rows: d.rows,
+            neighbours: match pb::Neighbours::try_from(d.neighbours) {
+                Ok(pb::Neighbours::Substitute) => Neighbours::Substitute,
+                Ok(pb::Neighbours::AddRemove) => Neighbours::AddRemove,
+                _ => {
+                    return Err(CallError {
+                        kind: CallErrorKind::Other,
+                        message: format!(
+                            "Describe states no neighbour relation ({}), so its answers' sensitivities cannot be checked",
+                            d.neighbours
+                        ),
+                    });
+                }
+            },
             epsilon: budget.epsilon,
             delta: budget.delta,
             epsilon_committed: d.epsilon_committed,

@@ -39,6 +39,7 @@ impl PartyHandle for Arc<PartyNode> {
             model_fingerprint: d.model_fingerprint,
             dim: d.dim,
             rows: d.rows,
+            neighbours: d.neighbours,
             epsilon: d.epsilon,
             delta: d.delta,
             epsilon_committed: d.epsilon_committed,

@@ -8,8 +8,11 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
+use fedmcmc_common::models::Model;
+use fedmcmc_common::neighbours::Neighbours;
 use futures::future::{join_all, try_join_all};
 
+pub mod audit;
 pub mod grpc;
 pub mod ids;
 pub mod local;
@@ -23,6 +26,8 @@ pub struct PartyInfo {
     pub model_fingerprint: String,
     pub dim: usize,
     pub rows: u64,
+    /// Its neighbour relation: the sensitivities its answers are checked against follow.
+    pub neighbours: Neighbours,
     pub epsilon: f64,
     pub delta: f64,
     pub epsilon_committed: f64,
@@ -154,11 +159,22 @@ pub trait PartyHandle: Send + Sync + 'static {
 /// All parties, addressed together.
 pub struct Federation<P> {
     parties: Vec<(String, P)>,
-    /// Run id on each party, in party order, while a run is open.
-    runs: RwLock<Arc<Vec<String>>>,
+    /// The open run, while there is one.
+    run: RwLock<Option<Arc<OpenRun>>>,
+    /// The parties' last answers to Describe: each grant and answer is checked against
+    /// their row counts and neighbour relations.
+    described: Mutex<Option<Vec<PartyInfo>>>,
     /// Every run id each party has granted in this job, in party order, in lower case: a
     /// repeated one would merge two runs' records (on a file system that ignores case too).
     granted: Mutex<Vec<HashSet<String>>>,
+}
+
+/// A run open on every party: its model, and each party's run id and granted terms, in
+/// party order.
+struct OpenRun {
+    model: Arc<dyn Model>,
+    ids: Vec<String>,
+    audits: Vec<audit::Audit>,
 }
 
 fn at(party: &str) -> impl Fn(CallError) -> FederationError + '_ {
@@ -174,7 +190,8 @@ impl<P: PartyHandle> Federation<P> {
         let granted = Mutex::new(vec![HashSet::new(); parties.len()]);
         Federation {
             parties,
-            runs: RwLock::new(Arc::new(Vec::new())),
+            run: RwLock::new(None),
+            described: Mutex::new(None),
             granted,
         }
     }
@@ -188,47 +205,84 @@ impl<P: PartyHandle> Federation<P> {
     }
 
     pub async fn describe(&self) -> Result<Vec<PartyInfo>, FederationError> {
-        try_join_all(
+        let infos = try_join_all(
             self.parties
                 .iter()
                 .map(|(name, p)| async move { p.describe().await.map_err(at(name)) }),
         )
-        .await
+        .await?;
+        *self.described.lock().expect("described lock") = Some(infos.clone());
+        Ok(infos)
     }
 
-    /// Opens the run on every party, party i with `plans[i]`. If any party refuses, or
-    /// answers a run id that is not one ([`ids::check_run_id`]) or that it gave an earlier
-    /// run of this job, the grants given are closed again (their reservations released) and
-    /// the first such failure is returned, before any record is made of the run's steps.
+    /// Opens the run of `model` on every party, party i with `plans[i]`. If any party
+    /// refuses, or answers a run id that is not one ([`ids::check_run_id`]) or that it gave
+    /// an earlier run of this job, or grants other terms than its plan's
+    /// ([`audit::check_grant`]), the grants given are closed again (their reservations
+    /// released) and the first such failure is returned, before any record is made of the
+    /// run's steps.
     pub async fn open(
         &self,
         plans: &[RunPlan],
-        fingerprint: &str,
+        model: &Arc<dyn Model>,
     ) -> Result<Vec<Grant>, FederationError> {
         assert_eq!(plans.len(), self.parties.len(), "one plan per party");
+        let described = self.described.lock().expect("described lock").clone();
+        let infos = match described {
+            Some(infos) => infos,
+            None => self.describe().await?,
+        };
+        let fingerprint = model.fingerprint();
         let results = join_all(
             self.parties
                 .iter()
                 .zip(plans)
-                .map(|((_, p), plan)| p.open_run(plan, fingerprint)),
+                .map(|((_, p), plan)| p.open_run(plan, &fingerprint)),
         )
         .await;
-        let failed = match results.iter().position(|r| r.is_err()) {
-            Some(i) => Some((i, results[i].as_ref().unwrap_err().clone())),
-            None => self.new_run_ids(&results),
+        let checked = match results.iter().position(|r| r.is_err()) {
+            Some(i) => Err((i, results[i].as_ref().unwrap_err().clone())),
+            None => self.new_run_ids(&results).map_or_else(
+                || Self::audits(plans, &infos, &results),
+                Err,
+            ),
         };
-        if let Some((i, error)) = failed {
-            for ((_, p), r) in self.parties.iter().zip(&results) {
-                if let Ok(g) = r {
-                    let _ = p.close_run(&g.run_id).await;
+        let audits = match checked {
+            Ok(audits) => audits,
+            Err((i, error)) => {
+                for ((_, p), r) in self.parties.iter().zip(&results) {
+                    if let Ok(g) = r {
+                        let _ = p.close_run(&g.run_id).await;
+                    }
                 }
+                return Err(at(&self.parties[i].0)(error));
             }
-            return Err(at(&self.parties[i].0)(error));
-        }
+        };
         let grants: Vec<Grant> = results.into_iter().map(Result::unwrap).collect();
-        *self.runs.write().expect("runs lock") =
-            Arc::new(grants.iter().map(|g| g.run_id.clone()).collect());
+        *self.run.write().expect("run lock") = Some(Arc::new(OpenRun {
+            model: Arc::clone(model),
+            ids: grants.iter().map(|g| g.run_id.clone()).collect(),
+            audits,
+        }));
         Ok(grants)
+    }
+
+    /// Each grant checked against its plan and party, or the first party whose is not one.
+    fn audits(
+        plans: &[RunPlan],
+        infos: &[PartyInfo],
+        results: &[Result<Grant, CallError>],
+    ) -> Result<Vec<audit::Audit>, (usize, CallError)> {
+        let granted = plans.iter().zip(infos).zip(results).enumerate();
+        granted
+            .map(|(i, ((plan, info), r))| {
+                let grant = r.as_ref().expect("every party granted");
+                audit::check_grant(plan, info, grant).map_err(|message| {
+                    let kind = CallErrorKind::Other;
+                    (i, CallError { kind, message })
+                })
+            })
+            .collect()
     }
 
     /// Takes every grant's run id as the party's new run, or names the first party whose
@@ -257,22 +311,31 @@ impl<P: PartyHandle> Federation<P> {
         step: u64,
         query: Query<'_>,
     ) -> Result<Contribution, FederationError> {
-        let runs = Arc::clone(&self.runs.read().expect("runs lock"));
+        let run = self.open_run();
         // The last party's step runs in this task and the others' apart, started first (the
         // join polls in order): in-process parties then compute at once, and if no other
         // core is free the steps started apart wait for this task's thread, not it for them.
         let last = self.parties.len().saturating_sub(1);
-        let answers = try_join_all(self.parties.iter().zip(runs.iter()).enumerate().map(
-            |(i, ((name, p), run))| async move {
+        let answers = try_join_all(self.parties.iter().zip(&run.ids).enumerate().map(
+            |(i, ((name, p), id))| async move {
                 let answer = if i < last {
-                    p.step_apart(run, chain, step, query).await
+                    p.step_apart(id, chain, step, query).await
                 } else {
-                    p.step(run, chain, step, query).await
+                    p.step(id, chain, step, query).await
                 };
                 answer.map_err(at(name))
             },
         ))
         .await?;
+        for ((name, _), (answer, audit)) in self.parties.iter().zip(answers.iter().zip(&run.audits))
+        {
+            audit
+                .check_answer(run.model.as_ref(), step, query, answer)
+                .map_err(|message| {
+                    let kind = CallErrorKind::Other;
+                    at(name)(CallError { kind, message })
+                })?;
+        }
         let mut sum = Contribution {
             value: vec![0.0; query.released_len()],
             noise_variance: 0.0,
@@ -291,16 +354,23 @@ impl<P: PartyHandle> Federation<P> {
     /// handle's own bound, [`grpc::DEADLINES`] over gRPC): one party that fails or does not
     /// answer does not cut short the others', whose reservations go back.
     pub async fn close(&self) -> Result<Vec<Closed>, FederationError> {
-        let runs = std::mem::take(&mut *self.runs.write().expect("runs lock"));
+        let run = self.run.write().expect("run lock").take();
+        let ids = run.map(|r| r.ids.clone()).unwrap_or_default();
         join_all(
             self.parties
                 .iter()
-                .zip(runs.iter())
-                .map(|((name, p), run)| async move { p.close_run(run).await.map_err(at(name)) }),
+                .zip(&ids)
+                .map(|((name, p), id)| async move { p.close_run(id).await.map_err(at(name)) }),
         )
         .await
         .into_iter()
         .collect()
+    }
+
+    /// The open run; a step without one is the caller's bug.
+    fn open_run(&self) -> Arc<OpenRun> {
+        let run = self.run.read().expect("run lock");
+        Arc::clone(run.as_ref().expect("a step is asked of an open run"))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
