@@ -4,7 +4,8 @@
 //! - `store`: loading and validating the private rows (SQLite or CSV).
 //! - `ledger`: the durable record of every reservation and release.
 //! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan.
-//! - `node`: the run lifecycle (`runs`: the runs it holds; `noise`: its generator);
+//! - `node`: the run lifecycle (`plan`: a run plan's public checks; `runs`: the runs it
+//!   holds; `noise`: its generator);
 //!   `variants`: the variants it serves and the mechanism each release is; `release`: the
 //!   one path by which anything leaves; `statistics`: what each kind of query computes from
 //!   the rows.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod ledger;
 pub mod node;
 mod noise;
+mod plan;
 pub mod release;
 mod runs;
 pub mod service;
