@@ -3,7 +3,8 @@
 //! - `config`: `party.toml`.
 //! - `store`: loading and validating the private rows (SQLite or CSV).
 //! - `ledger`: the durable record of every reservation and release.
-//! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan.
+//! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan;
+//!   `fold`: closed runs' releases folded into a bounded number of groups for it.
 //! - `node`: the run lifecycle (`plan`: a run plan's public checks; `runs`: the runs it
 //!   holds; `noise`: its generator);
 //!   `variants`: the variants it serves and the mechanism each release is; `release`: the
@@ -19,6 +20,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod error;
+mod fold;
 pub mod ledger;
 pub mod node;
 mod noise;

@@ -183,13 +183,17 @@ impl PartyNode {
         self
     }
 
-    /// Everything committed: closed runs' releases aggregated, then one release per open run,
+    /// Everything committed: closed runs' releases folded, then one release per open run,
     /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
         let runs = self.runs.lock().expect("runs lock");
         let mut open: Vec<_> = runs.open.iter().map(|(id, r)| (id, r.charged())).collect();
         open.sort_by(|a, b| a.0.cmp(b.0));
-        self.composition(closed_releases(&runs).chain(open.into_iter().map(|(_, r)| r)))
+        self.composition(
+            closed_releases(&runs)
+                .into_iter()
+                .chain(open.into_iter().map(|(_, r)| r)),
+        )
     }
 
     /// ε at the party's δ charged to closed runs alone: spent for good, with no reservation

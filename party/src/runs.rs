@@ -1,5 +1,5 @@
 //! The runs a node holds: each open run's terms and chains, and the closed runs' charges
-//! folded by mechanism, as the accountant composes them.
+//! summed by mechanism (`fold` folds them further for the accountant).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -231,11 +231,8 @@ impl Runs {
     }
 }
 
-/// The closed runs' charges as releases for the accountant.
-pub(crate) fn closed_releases(runs: &Runs) -> impl Iterator<Item = Release> + '_ {
-    runs.charges.iter().map(|c| Release {
-        mechanism: c.mechanism,
-        noise_multiplier: c.noise_multiplier,
-        count: c.releases as f64,
-    })
+/// The closed runs' charges as the accountant composes them: folded into a bounded number of
+/// groups, exactly or conservatively (`fold`).
+pub(crate) fn closed_releases(runs: &Runs) -> Vec<Release> {
+    crate::fold::folded(&runs.charges)
 }
