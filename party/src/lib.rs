@@ -35,7 +35,7 @@ pub mod variants;
 
 pub use node::PartyNode;
 
-/// Runs `work` that blocks (an fsync, a long accountant computation) so that, on a
+/// Runs `work` that blocks (an fsync) so that, on a
 /// multi-threaded runtime, this worker's other tasks move to another thread meanwhile. The
 /// hand-off costs a thread wake-up, so callers use it only around work that is slow.
 pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
@@ -45,6 +45,17 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
         tokio::task::block_in_place(work)
     } else {
         work()
+    }
+}
+
+/// Runs accountant work (a PLD composition or calibration may take seconds) on tokio's
+/// blocking pool and waits for it, so that the async workers go on answering steps
+/// meanwhile. The work runs to its end even if the waiting caller goes away.
+pub(crate) async fn accounting<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        // A blocking task is never cancelled once started: its one error is its panic.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 

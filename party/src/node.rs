@@ -1,12 +1,11 @@
 //! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
 //! that closes runs their coordinator abandoned). The per-step release path is in
 //! `release.rs`; the gRPC mapping in `service.rs`.
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use fedmcmc_common::accountant::{Composition, Release};
+use fedmcmc_common::accountant::{Composition, MechanismKind, Release};
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
@@ -14,6 +13,7 @@ use fedmcmc_common::neighbours::Neighbours;
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
 use crate::error::PartyError;
+pub use crate::ledger::Closed;
 use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, Ledger, RunRecord, RunTerms};
 use crate::noise::NoiseSource;
 use crate::plan::Checked;
@@ -42,6 +42,26 @@ pub struct Description {
     pub mu_remaining: f64,
 }
 
+/// Describe's figures of the budget, and the snapshot of the runs they were computed from.
+/// Computed when the runs change (an open, a close), not per call: Describe composes
+/// nothing, so no number of callers looping on it takes the workers that answer steps.
+#[derive(Clone, Copy, Debug)]
+struct Figures {
+    snapshot: u64,
+    epsilon_committed: f64,
+    mu_remaining: f64,
+}
+
+impl Figures {
+    fn of(snapshot: u64, budget: &Budget, committed: &Composition) -> Self {
+        Figures {
+            snapshot,
+            epsilon_committed: budget.epsilon_of(committed),
+            mu_remaining: budget.mu_remaining(committed),
+        }
+    }
+}
+
 /// Serialisable so that a coordinator can record it and resume a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Grant {
@@ -53,13 +73,6 @@ pub struct Grant {
     pub epsilon_committed: f64,
     /// The party closes the run after this long without a step.
     pub lease: Duration,
-}
-
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Closed {
-    pub releases: u64,
-    pub run_epsilon: f64,
-    pub epsilon_committed: f64,
 }
 
 pub struct PartyNode {
@@ -77,6 +90,8 @@ pub struct PartyNode {
     pub(crate) limits: RunLimits,
     /// Serialises OpenRun and CloseRun so admission sees a consistent total.
     admission: tokio::sync::Mutex<()>,
+    /// Shared with the blocking task that computes them (see [`PartyNode::account`]).
+    figures: Arc<Mutex<Figures>>,
 }
 
 impl PartyNode {
@@ -131,8 +146,8 @@ impl PartyNode {
         let mut runs = Runs {
             open,
             closed,
-            close_answers: HashMap::new(),
             charges: Vec::new(),
+            snapshots: 0,
         };
         for ClosedCharge {
             variant,
@@ -153,7 +168,7 @@ impl PartyNode {
             runs.charge(&variant, mechanism, noise_multiplier, releases);
         }
         let sufficient = model.sufficient_statistics().map(|s| s.sum(&data));
-        Ok(PartyNode {
+        let node = PartyNode {
             name,
             model,
             data,
@@ -165,7 +180,15 @@ impl PartyNode {
             runs: Mutex::new(runs),
             limits: RunLimits::default(),
             admission: tokio::sync::Mutex::new(()),
-        })
+            figures: Arc::new(Mutex::new(Figures {
+                snapshot: 0,
+                epsilon_committed: f64::INFINITY,
+                mu_remaining: 0.0,
+            })),
+        };
+        let (snapshot, committed) = node.snapshot();
+        *node.figures.lock().expect("figures lock") = Figures::of(snapshot, &budget, &committed);
+        Ok(node)
     }
 
     /// The same node with predictable, seeded noise, for reproducible statistical tests of
@@ -186,14 +209,58 @@ impl PartyNode {
     /// Everything committed: closed runs' releases folded, then one release per open run,
     /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
-        let runs = self.runs.lock().expect("runs lock");
+        self.snapshot().1
+    }
+
+    /// [`PartyNode::committed`], numbered in the order the runs were read.
+    fn snapshot(&self) -> (u64, Composition) {
+        let mut runs = self.runs.lock().expect("runs lock");
+        runs.snapshots += 1;
         let mut open: Vec<_> = runs.open.iter().map(|(id, r)| (id, r.charged())).collect();
         open.sort_by(|a, b| a.0.cmp(b.0));
-        self.composition(
+        let committed = self.composition(
             closed_releases(&runs)
                 .into_iter()
                 .chain(open.into_iter().map(|(_, r)| r)),
-        )
+        );
+        (runs.snapshots, committed)
+    }
+
+    /// Recomputes Describe's figures from the runs as they are now, on the blocking pool, and
+    /// returns ε committed. The blocking task stores them itself, so they are stored even if
+    /// the caller goes away meanwhile; an earlier snapshot's never replace a later one's.
+    async fn account(&self) -> f64 {
+        let (snapshot, committed) = self.snapshot();
+        let (budget, figures) = (self.budget, Arc::clone(&self.figures));
+        crate::accounting(move || {
+            let computed = Figures::of(snapshot, &budget, &committed);
+            let mut stored = figures.lock().expect("figures lock");
+            if stored.snapshot < snapshot {
+                *stored = computed;
+            }
+            computed.epsilon_committed
+        })
+        .await
+    }
+
+    /// ε at the party's δ of one run's charged releases, given per noise multiplier: the one
+    /// computation of a close's `run_epsilon`, at the close or made again from the ledger.
+    async fn run_epsilon(&self, mechanism: MechanismKind, mut released: Vec<(f64, u64)>) -> f64 {
+        released.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut groups: Vec<(f64, u64)> = Vec::with_capacity(released.len());
+        for (s, count) in released {
+            match groups.last_mut() {
+                Some(last) if last.0 == s => last.1 += count,
+                _ => groups.push((s, count)),
+            }
+        }
+        let composition = self.composition(groups.into_iter().map(|(s, count)| Release {
+            mechanism,
+            noise_multiplier: s,
+            count: count as f64,
+        }));
+        let budget = self.budget;
+        crate::accounting(move || budget.epsilon_of(&composition)).await
     }
 
     /// ε at the party's δ charged to closed runs alone: spent for good, with no reservation
@@ -222,9 +289,10 @@ impl PartyNode {
             .count()
     }
 
+    /// The party's public facts, with the budget figures of the last change of its runs.
     pub fn describe(&self) -> Description {
         let open_runs = self.open_runs() as u32;
-        let committed = self.committed();
+        let figures = *self.figures.lock().expect("figures lock");
         Description {
             name: self.name.clone(),
             model: self.model.name().to_string(),
@@ -235,9 +303,9 @@ impl PartyNode {
             neighbours: self.neighbours,
             epsilon: self.budget.epsilon,
             delta: self.budget.delta,
-            epsilon_committed: self.budget.epsilon_of(&committed),
+            epsilon_committed: figures.epsilon_committed,
             open_runs,
-            mu_remaining: self.budget.mu_remaining(&committed),
+            mu_remaining: figures.mu_remaining,
         }
     }
 
@@ -319,17 +387,10 @@ impl PartyNode {
                 self.limits.lease_seconds
             )));
         }
-        let admit = || {
-            self.budget.admit(
-                &self.committed(),
-                mechanism,
-                reserved,
-                self.data.n() as u64,
-                noise,
-            )
-        };
-        // A numerical accountant (a PLD calibration) may compute for seconds.
-        let admitted = crate::blocking(admit)?;
+        let (budget, committed, rows) = (self.budget, self.committed(), self.data.n() as u64);
+        let admitted =
+            crate::accounting(move || budget.admit(&committed, mechanism, reserved, rows, noise))
+                .await?;
         let run_id = new_run_id()?;
         let terms = match plan.noise {
             NoiseRequest::Tau(tau) if hmc.is_some() => terms(tau, tau * sqrt_n),
@@ -352,6 +413,7 @@ impl PartyNode {
             .expect("runs lock")
             .open
             .insert(run_id.clone(), Arc::new(state));
+        self.account().await;
         tracing::info!(
             party = %self.name, %run_id, releases, tau = admitted.tau,
             accountant = %admitted.method, requested = %self.budget.accountant,
@@ -371,21 +433,46 @@ impl PartyNode {
     /// Closes a run; from then on it is charged for what it released, not what it planned.
     pub async fn close_run(&self, run_id: &str) -> Result<Closed, PartyError> {
         let _admission = self.admission.lock().await;
-        let answered = self
+        let closed = self
             .runs
             .lock()
             .expect("runs lock")
-            .close_answers
-            .get(run_id)
-            .cloned();
-        if let Some(closed) = answered {
-            return Ok(Closed {
-                epsilon_committed: self.budget.epsilon_of(&self.committed()),
-                ..closed
-            });
+            .closed
+            .contains_key(run_id);
+        if closed {
+            return self.answer_again(run_id).await;
         }
         let run = self.run(run_id)?;
         self.close(run_id, run, ClosedBy::CloseRun).await
+    }
+
+    /// A repeated CloseRun of a closed run (a retry whose first answer was lost, a resumed
+    /// coordinator; after a restart or the lease's close too) gets the answer its close
+    /// recorded. A run closed without one was never answered (its close was cut short: the
+    /// caller went away or the party stopped; or the ledger predates recorded answers), so its
+    /// answer is made now from the ledger as [`PartyNode::close`] makes it, with the total
+    /// committed now, and recorded for every later CloseRun.
+    async fn answer_again(&self, run_id: &str) -> Result<Closed, PartyError> {
+        if let Some(closed) = self.ledger.answer(run_id)? {
+            return Ok(closed);
+        }
+        let (terms, released) = self.ledger.released(run_id)?.ok_or_else(|| {
+            PartyError::NotFound(format!("no run with id {run_id:?} on this party"))
+        })?;
+        let mechanism = recorded_release(
+            &format!("run {run_id}"),
+            &terms.variant,
+            (terms.batch_size, terms.population),
+            terms.noise_multiplier,
+            terms.planned_releases,
+        )?;
+        let closed = Closed {
+            releases: released.iter().map(|&(_, count)| count).sum(),
+            run_epsilon: self.run_epsilon(mechanism, released).await,
+            epsilon_committed: self.account().await,
+        };
+        self.ledger.record_answer(run_id, &closed).await?;
+        Ok(closed)
     }
 
     /// Closes every open run that has seen no step for longer than the lease at `now`,
@@ -445,8 +532,9 @@ impl PartyNode {
     }
 
     /// Commits the close, waits for releases in flight, then folds the run into the closed
-    /// runs' aggregate charge. The caller holds the admission lock. A close cancelled while
-    /// it waited (its caller went away) is committed already: a second close finishes it.
+    /// runs' aggregate charge and records the answer. The caller holds the admission lock. A
+    /// close cancelled while it waited (its caller went away) is committed already: a second
+    /// close finishes it.
     async fn close(
         &self,
         run_id: &str,
@@ -464,11 +552,6 @@ impl PartyNode {
         }
         let releases = run.released.load(Ordering::SeqCst);
         let released = run.released_by_multiplier(&steps);
-        let charged = released.iter().map(|&(noise_multiplier, count)| Release {
-            mechanism: run.mechanism,
-            noise_multiplier,
-            count: count as f64,
-        });
         {
             let mut runs = self.runs.lock().expect("runs lock");
             runs.open.remove(run_id);
@@ -480,14 +563,10 @@ impl PartyNode {
         tracing::info!(party = %self.name, %run_id, releases, ?by, "run closed");
         let closed = Closed {
             releases,
-            run_epsilon: self.budget.epsilon_of(&self.composition(charged)),
-            epsilon_committed: self.budget.epsilon_of(&self.committed()),
+            run_epsilon: self.run_epsilon(run.mechanism, released).await,
+            epsilon_committed: self.account().await,
         };
-        if by == ClosedBy::CloseRun {
-            let mut runs = self.runs.lock().expect("runs lock");
-            runs.close_answers
-                .insert(run_id.to_string(), closed.clone());
-        }
+        self.ledger.record_answer(run_id, &closed).await?;
         Ok(closed)
     }
 }

@@ -9,7 +9,6 @@ use fedmcmc_common::accountant::{MechanismKind, Release};
 
 use crate::error::PartyError;
 use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
-use crate::node::Closed;
 use crate::variants::mechanism_of;
 
 /// Where one chain of a run stands: the next step it may ask for and the last answer given.
@@ -191,13 +190,11 @@ pub(crate) fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
 pub(crate) struct Runs {
     pub(crate) open: HashMap<String, Arc<RunState>>,
     pub(crate) closed: HashMap<String, ClosedBy>,
-    /// What CloseRun answered for each run it closed since this node started: a repeated
-    /// CloseRun (a retry whose first answer was lost, a resumed coordinator) gets the same
-    /// answer, as a repeated step does.
-    pub(crate) close_answers: HashMap<String, Closed>,
     /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
     /// order whether they were folded as runs closed or read back at start.
     pub(crate) charges: Vec<Charge>,
+    /// Snapshots of the committed total taken so far (Describe's figures are the latest's).
+    pub(crate) snapshots: u64,
 }
 
 impl Runs {

@@ -114,6 +114,15 @@ pub enum ClosedBy {
     Lease { idle_seconds: u64 },
 }
 
+/// What CloseRun answered for a run (or the lease's close computed): recorded with the run, so
+/// that a repeated CloseRun, after a restart too, gets this answer and not a later total.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Closed {
+    pub releases: u64,
+    pub run_epsilon: f64,
+    pub epsilon_committed: f64,
+}
+
 /// Releases of closed runs with one variant, noise multiplier and batch, summed: what the
 /// accountant composes for them, since k releases of one mechanism compose the same run by
 /// run or at once.
@@ -152,6 +161,10 @@ enum Entry<'a> {
         run_id: &'a str,
         by: ClosedBy,
     },
+    Answer {
+        run_id: &'a str,
+        closed: &'a Closed,
+    },
 }
 
 pub struct Ledger {
@@ -188,7 +201,10 @@ CREATE TABLE IF NOT EXISTS runs (
     opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     terms TEXT NOT NULL,
     closed INTEGER NOT NULL DEFAULT 0,
-    closed_idle_seconds INTEGER
+    closed_idle_seconds INTEGER,
+    answer_releases INTEGER,
+    answer_run_epsilon REAL,
+    answer_epsilon_committed REAL
 );
 CREATE TABLE IF NOT EXISTS releases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -207,6 +223,10 @@ CREATE TABLE IF NOT EXISTS releases (
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // NULL: open, or closed by CloseRun; otherwise closed by the lease after that many s idle.
     ("runs", "closed_idle_seconds", "INTEGER"),
+    // NULL until a close's answer is recorded (`Closed`).
+    ("runs", "answer_releases", "INTEGER"),
+    ("runs", "answer_run_epsilon", "REAL"),
+    ("runs", "answer_epsilon_committed", "REAL"),
 ];
 
 /// Brings a ledger written by an earlier version up to [`SCHEMA`].
@@ -316,6 +336,36 @@ impl Ledger {
         read_closed_runs(&conn).map_err(|e| storage(&self.path, e))
     }
 
+    /// A read that may wait for the connection while a commit fsyncs: off the worker then.
+    fn read<T>(
+        &self,
+        query: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, LedgerError> {
+        let read = || {
+            let conn = self.conn.lock().expect("ledger lock");
+            query(&conn).map_err(|e| storage(&self.path, e))
+        };
+        if self.durable {
+            crate::blocking(read)
+        } else {
+            read()
+        }
+    }
+
+    /// The answer recorded when the closed run `run_id` was closed, if one was.
+    pub fn answer(&self, run_id: &str) -> Result<Option<Closed>, LedgerError> {
+        self.read(|conn| read::answer(conn, run_id))
+    }
+
+    /// A closed run's terms and its charged releases counted per noise multiplier (in
+    /// ascending order); `None` if the ledger records no closed run `run_id`.
+    pub fn released(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(RunTerms, Vec<(f64, u64)>)>, LedgerError> {
+        self.read(|conn| read::released(conn, run_id))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -350,6 +400,11 @@ impl Ledger {
     /// Durably closes a run: from now on it is charged for what it released.
     pub async fn close_run(&self, run_id: &str, by: ClosedBy) -> Result<(), LedgerError> {
         self.commit(Entry::Close { run_id, by }).await
+    }
+
+    /// Durably records what a closed run's close answered.
+    pub async fn record_answer(&self, run_id: &str, closed: &Closed) -> Result<(), LedgerError> {
+        self.commit(Entry::Answer { run_id, closed }).await
     }
 }
 
@@ -389,6 +444,19 @@ fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
             conn.execute(
                 "UPDATE runs SET closed = 1, closed_idle_seconds = ?2 WHERE run_id = ?1",
                 params![run_id, idle_seconds],
+            )?;
+        }
+        Entry::Answer { run_id, closed } => {
+            conn.execute(
+                "UPDATE runs SET answer_releases = ?2, answer_run_epsilon = ?3,
+                                 answer_epsilon_committed = ?4
+                 WHERE run_id = ?1 AND closed = 1",
+                params![
+                    run_id,
+                    closed.releases as i64,
+                    closed.run_epsilon,
+                    closed.epsilon_committed
+                ],
             )?;
         }
     }

@@ -1,12 +1,13 @@
-//! Reading the ledger back: the open runs at start and the closed runs' aggregate charge.
-//! Every read is a fixed number of queries, whatever the number of runs.
+//! Reading the ledger back: the open runs at start, the closed runs' aggregate charge, and
+//! what a closed run released and was answered. Every read is a fixed number of queries,
+//! whatever the number of runs.
 use std::collections::HashMap;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    ClosedBy, ClosedCharge, ClosedRuns, PUBLIC_MECHANISM, ReleaseRecord, RunRecord, RunTerms,
-    blob_to_f64s,
+    Closed, ClosedBy, ClosedCharge, ClosedRuns, PUBLIC_MECHANISM, ReleaseRecord, RunRecord,
+    RunTerms, blob_to_f64s,
 };
 
 fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
@@ -104,4 +105,49 @@ pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns
         })?
         .collect::<Result<_, _>>()?;
     Ok(ClosedRuns { runs, charges })
+}
+
+/// The answer recorded for the closed run `run_id`, if any.
+pub(super) fn answer(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Closed>> {
+    conn.query_row(
+        "SELECT answer_releases, answer_run_epsilon, answer_epsilon_committed FROM runs
+         WHERE run_id = ?1 AND closed = 1 AND answer_releases IS NOT NULL",
+        params![run_id],
+        |r| {
+            Ok(Closed {
+                releases: r.get::<_, i64>(0)? as u64,
+                run_epsilon: r.get(1)?,
+                epsilon_committed: r.get(2)?,
+            })
+        },
+    )
+    .optional()
+}
+
+/// A closed run's terms and its charged (not public) releases per noise multiplier, ascending.
+pub(super) fn released(
+    conn: &Connection,
+    run_id: &str,
+) -> rusqlite::Result<Option<(RunTerms, Vec<(f64, u64)>)>> {
+    let Some(terms) = conn
+        .query_row(
+            "SELECT terms FROM runs WHERE run_id = ?1 AND closed = 1",
+            params![run_id],
+            |r| r.get::<_, String>(0),
+        )
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let terms = terms_from_json(0, &terms)?;
+    let mut stmt = conn.prepare(
+        "SELECT noise_multiplier, COUNT(*) FROM releases
+         WHERE run_id = ?1 AND mechanism <> ?2 GROUP BY 1 ORDER BY 1",
+    )?;
+    let counts = stmt
+        .query_map(params![run_id, PUBLIC_MECHANISM], |r| {
+            Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(Some((terms, counts)))
 }
