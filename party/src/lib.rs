@@ -3,8 +3,10 @@
 //! - `config`: `party.toml`.
 //! - `store`: loading and validating the private rows (SQLite or CSV).
 //! - `ledger`: the durable record of every reservation and release.
-//! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan.
-//! - `node`: the run lifecycle (`runs`: the runs it holds; `noise`: its generator);
+//! - `budget`: the accountant's view of the party's (ε, δ): admission of a run's plan;
+//!   `fold`: closed runs' releases folded into a bounded number of groups for it.
+//! - `node`: the run lifecycle (`plan`: a run plan's public checks; `runs`: the runs it
+//!   holds; `noise`: its generator);
 //!   `variants`: the variants it serves and the mechanism each release is; `release`: the
 //!   one path by which anything leaves; `statistics`: what each kind of query computes from
 //!   the rows.
@@ -18,9 +20,11 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod error;
+mod fold;
 pub mod ledger;
 pub mod node;
 mod noise;
+mod plan;
 pub mod release;
 mod runs;
 pub mod service;
@@ -31,7 +35,7 @@ pub mod variants;
 
 pub use node::PartyNode;
 
-/// Runs `work` that blocks (an fsync, a long accountant computation) so that, on a
+/// Runs `work` that blocks (an fsync) so that, on a
 /// multi-threaded runtime, this worker's other tasks move to another thread meanwhile. The
 /// hand-off costs a thread wake-up, so callers use it only around work that is slow.
 pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
@@ -41,6 +45,17 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
         tokio::task::block_in_place(work)
     } else {
         work()
+    }
+}
+
+/// Runs accountant work (a PLD composition or calibration may take seconds) on tokio's
+/// blocking pool and waits for it, so that the async workers go on answering steps
+/// meanwhile. The work runs to its end even if the waiting caller goes away.
+pub(crate) async fn accounting<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        // A blocking task is never cancelled once started: its one error is its panic.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 

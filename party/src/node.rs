@@ -1,7 +1,6 @@
 //! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
 //! that closes runs their coordinator abandoned). The per-step release path is in
 //! `release.rs`; the gRPC mapping in `service.rs`.
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -14,11 +13,12 @@ use fedmcmc_common::neighbours::Neighbours;
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
 use crate::error::PartyError;
-use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, HmcTerms, Ledger, RunRecord, RunTerms};
+pub use crate::ledger::Closed;
+use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, Ledger, RunRecord, RunTerms};
 use crate::noise::NoiseSource;
-use crate::release::Calibration;
+use crate::plan::Checked;
+pub use crate::plan::{HmcPlan, Plan};
 use crate::runs::{RunState, Runs, closed_releases, recorded_release, reservation};
-use crate::statistics::minibatch::{barker_bound, barker_noise_multiplier};
 pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
@@ -42,55 +42,24 @@ pub struct Description {
     pub mu_remaining: f64,
 }
 
-/// A run plan as the party reads it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub variant: String,
-    pub chains: u32,
-    pub steps_per_chain: u64,
-    /// The per-row clip coefficient; 0 (unset) for DP Barker, whose clip is fixed.
-    pub clip: f64,
-    pub noise: NoiseRequest,
-    /// Minibatch variants: rows per secret batch.
-    pub batch_size: Option<u64>,
-    /// DP Barker: this party's share Cᵢ of the total noise variance C.
-    pub barker_variance: Option<f64>,
-    /// DP HMC: leapfrog steps and the gradient release's clip and τ.
-    pub hmc: Option<HmcPlan>,
+/// Describe's figures of the budget, and the snapshot of the runs they were computed from.
+/// Computed when the runs change (an open, a close), not per call: Describe composes
+/// nothing, so no number of callers looping on it takes the workers that answer steps.
+#[derive(Clone, Copy, Debug)]
+struct Figures {
+    snapshot: u64,
+    epsilon_committed: f64,
+    mu_remaining: f64,
 }
 
-/// A DP HMC run's leapfrog steps L, gradient clip b_g and gradient τ_g.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HmcPlan {
-    pub leapfrog_steps: u32,
-    pub gradient_clip: f64,
-    pub gradient_tau: f64,
-}
-
-impl Plan {
-    /// A full-data DP-penalty plan.
-    pub fn full_penalty(chains: u32, steps_per_chain: u64, clip: f64, noise: NoiseRequest) -> Self {
-        Plan {
-            variant: FULL_PENALTY.into(),
-            chains,
-            steps_per_chain,
-            clip,
-            noise,
-            batch_size: None,
-            barker_variance: None,
-            hmc: None,
+impl Figures {
+    fn of(snapshot: u64, budget: &Budget, committed: &Composition) -> Self {
+        Figures {
+            snapshot,
+            epsilon_committed: budget.epsilon_of(committed),
+            mu_remaining: budget.mu_remaining(committed),
         }
     }
-}
-
-/// A plan that passed the public checks: its mechanism, releases, the noise to admit it at
-/// and the population its batches are drawn from.
-struct Checked {
-    mechanism: MechanismKind,
-    releases: u64,
-    noise: NoiseRequest,
-    population: Option<u64>,
-    hmc: Option<HmcTerms>,
 }
 
 /// Serialisable so that a coordinator can record it and resume a run.
@@ -106,13 +75,6 @@ pub struct Grant {
     pub lease: Duration,
 }
 
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Closed {
-    pub releases: u64,
-    pub run_epsilon: f64,
-    pub epsilon_committed: f64,
-}
-
 pub struct PartyNode {
     pub(crate) name: String,
     pub(crate) model: Arc<dyn Model>,
@@ -125,9 +87,11 @@ pub struct PartyNode {
     pub(crate) ledger: Ledger,
     pub(crate) noise: NoiseSource,
     pub(crate) runs: Mutex<Runs>,
-    limits: RunLimits,
+    pub(crate) limits: RunLimits,
     /// Serialises OpenRun and CloseRun so admission sees a consistent total.
     admission: tokio::sync::Mutex<()>,
+    /// Shared with the blocking task that computes them (see [`PartyNode::account`]).
+    figures: Arc<Mutex<Figures>>,
 }
 
 impl PartyNode {
@@ -182,8 +146,8 @@ impl PartyNode {
         let mut runs = Runs {
             open,
             closed,
-            close_answers: HashMap::new(),
             charges: Vec::new(),
+            snapshots: 0,
         };
         for ClosedCharge {
             variant,
@@ -204,7 +168,7 @@ impl PartyNode {
             runs.charge(&variant, mechanism, noise_multiplier, releases);
         }
         let sufficient = model.sufficient_statistics().map(|s| s.sum(&data));
-        Ok(PartyNode {
+        let node = PartyNode {
             name,
             model,
             data,
@@ -216,7 +180,15 @@ impl PartyNode {
             runs: Mutex::new(runs),
             limits: RunLimits::default(),
             admission: tokio::sync::Mutex::new(()),
-        })
+            figures: Arc::new(Mutex::new(Figures {
+                snapshot: 0,
+                epsilon_committed: f64::INFINITY,
+                mu_remaining: 0.0,
+            })),
+        };
+        let (snapshot, committed) = node.snapshot();
+        *node.figures.lock().expect("figures lock") = Figures::of(snapshot, &budget, &committed);
+        Ok(node)
     }
 
     /// The same node with predictable, seeded noise, for reproducible statistical tests of
@@ -234,13 +206,61 @@ impl PartyNode {
         self
     }
 
-    /// Everything committed: closed runs' releases aggregated, then one release per open run,
+    /// Everything committed: closed runs' releases folded, then one release per open run,
     /// in run-id order, so that the same runs always compose in the same order.
     fn committed(&self) -> Composition {
-        let runs = self.runs.lock().expect("runs lock");
+        self.snapshot().1
+    }
+
+    /// [`PartyNode::committed`], numbered in the order the runs were read.
+    fn snapshot(&self) -> (u64, Composition) {
+        let mut runs = self.runs.lock().expect("runs lock");
+        runs.snapshots += 1;
         let mut open: Vec<_> = runs.open.iter().map(|(id, r)| (id, r.charged())).collect();
         open.sort_by(|a, b| a.0.cmp(b.0));
-        self.composition(closed_releases(&runs).chain(open.into_iter().map(|(_, r)| r)))
+        let committed = self.composition(
+            closed_releases(&runs)
+                .into_iter()
+                .chain(open.into_iter().map(|(_, r)| r)),
+        );
+        (runs.snapshots, committed)
+    }
+
+    /// Recomputes Describe's figures from the runs as they are now, on the blocking pool, and
+    /// returns ε committed. The blocking task stores them itself, so they are stored even if
+    /// the caller goes away meanwhile; an earlier snapshot's never replace a later one's.
+    async fn account(&self) -> f64 {
+        let (snapshot, committed) = self.snapshot();
+        let (budget, figures) = (self.budget, Arc::clone(&self.figures));
+        crate::accounting(move || {
+            let computed = Figures::of(snapshot, &budget, &committed);
+            let mut stored = figures.lock().expect("figures lock");
+            if stored.snapshot < snapshot {
+                *stored = computed;
+            }
+            computed.epsilon_committed
+        })
+        .await
+    }
+
+    /// ε at the party's δ of one run's charged releases, given per noise multiplier: the one
+    /// computation of a close's `run_epsilon`, at the close or made again from the ledger.
+    async fn run_epsilon(&self, mechanism: MechanismKind, mut released: Vec<(f64, u64)>) -> f64 {
+        released.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut groups: Vec<(f64, u64)> = Vec::with_capacity(released.len());
+        for (s, count) in released {
+            match groups.last_mut() {
+                Some(last) if last.0 == s => last.1 += count,
+                _ => groups.push((s, count)),
+            }
+        }
+        let composition = self.composition(groups.into_iter().map(|(s, count)| Release {
+            mechanism,
+            noise_multiplier: s,
+            count: count as f64,
+        }));
+        let budget = self.budget;
+        crate::accounting(move || budget.epsilon_of(&composition)).await
     }
 
     /// ε at the party's δ charged to closed runs alone: spent for good, with no reservation
@@ -269,9 +289,10 @@ impl PartyNode {
             .count()
     }
 
+    /// The party's public facts, with the budget figures of the last change of its runs.
     pub fn describe(&self) -> Description {
         let open_runs = self.open_runs() as u32;
-        let committed = self.committed();
+        let figures = *self.figures.lock().expect("figures lock");
         Description {
             name: self.name.clone(),
             model: self.model.name().to_string(),
@@ -282,9 +303,9 @@ impl PartyNode {
             neighbours: self.neighbours,
             epsilon: self.budget.epsilon,
             delta: self.budget.delta,
-            epsilon_committed: self.budget.epsilon_of(&committed),
+            epsilon_committed: figures.epsilon_committed,
             open_runs,
-            mu_remaining: self.budget.mu_remaining(&committed),
+            mu_remaining: figures.mu_remaining,
         }
     }
 
@@ -322,243 +343,6 @@ impl PartyNode {
     /// Entries of this party's summary release (0 where its model has none).
     pub fn summary_entries(&self) -> usize {
         self.model.summaries().map_or(0, |s| s.entries())
-    }
-
-    /// The plan's mechanism, releases and noise request, or why it is refused.
-    fn check_plan(&self, plan: &Plan, fingerprint: &str) -> Result<Checked, PartyError> {
-        let invalid = |m: String| Err(PartyError::InvalidArgument(m));
-        if fingerprint != self.model.fingerprint() {
-            return Err(PartyError::FailedPrecondition(format!(
-                "model mismatch: this party serves {} with fingerprint {}, the request expects {fingerprint:?}",
-                self.model.name(),
-                self.model.fingerprint()
-            )));
-        }
-        let served = self.variants();
-        let variant = plan.variant.as_str();
-        if !served.contains(&variant) {
-            let why = if variant == SUFFICIENT_STATISTICS {
-                format!(
-                    "the {} model has no sufficient statistics",
-                    self.model.name()
-                )
-            } else if variant == SUMMARIES {
-                format!(
-                    "the {} model has no summaries (a GLM has them, and a gaussian or banana model with public bounds on its columns)",
-                    self.model.name()
-                )
-            } else if variants_served(Neighbours::Substitute).contains(&variant) {
-                format!(
-                    "the {variant} variant's privacy bounds hold for substitute neighbours, and this party states its guarantee under {} neighbours",
-                    self.neighbours.as_str()
-                )
-            } else {
-                format!("the {variant:?} variant is not one it serves")
-            };
-            return Err(PartyError::Unimplemented(format!(
-                "{why}; this party serves {}",
-                served.join(", ")
-            )));
-        }
-        if plan.chains == 0 {
-            return invalid("chains must be at least 1".into());
-        }
-        let max_chains = self.limits.max_chains;
-        if plan.chains > max_chains {
-            return Err(PartyError::BudgetExhausted(format!(
-                "this party serves at most {max_chains} chains per run (max_chains), not {}",
-                plan.chains
-            )));
-        }
-        if plan.steps_per_chain == 0 {
-            return invalid("steps_per_chain must be at least 1".into());
-        }
-        let n = self.data.n() as u64;
-        // The smallest batch each minibatch variant takes: σ²_b needs two rows; Räisä 2020,
-        // Thm 3.3 needs an order 2 < α < b/5.
-        let min_batch = match variant {
-            MINIBATCH_PENALTY => Some(2),
-            BARKER => Some(16),
-            _ => None,
-        };
-        match (min_batch, plan.batch_size) {
-            (None, None) => {}
-            (None, Some(b)) => {
-                return invalid(format!("a {variant} run takes no batch size, got {b}"));
-            }
-            (Some(_), None) => {
-                return invalid(format!("a {variant} run needs a batch size"));
-            }
-            (Some(min), Some(b)) if b < min || b > n => {
-                return invalid(format!(
-                    "a {variant} run needs a batch of {min} to {n} rows (this party's row count), got {b}"
-                ));
-            }
-            (Some(_), Some(_)) => {}
-        }
-        if variant == SUMMARIES && plan.clip != 0.0 {
-            return invalid(format!(
-                "a {SUMMARIES} run's rows are bounded by the model's public column bounds; leave clip unset, got {}",
-                plan.clip
-            ));
-        }
-        if variant == SUMMARIES && plan.chains != 1 {
-            return invalid(format!(
-                "a {SUMMARIES} run is one chain of releases, not {}",
-                plan.chains
-            ));
-        }
-        if variant == SUMMARIES {
-            if let Some(c) = plan.barker_variance {
-                return invalid(format!(
-                    "a {variant} run takes no Barker variance share, got {c}"
-                ));
-            }
-        } else if variant == BARKER {
-            if plan.clip != 0.0 {
-                return invalid(format!(
-                    "a {BARKER} run's clip is fixed by its batch and variance share (Räisä 2020, Thm 3.3); leave clip unset, got {}",
-                    plan.clip
-                ));
-            }
-            match plan.barker_variance {
-                Some(c)
-                    if c.is_finite()
-                        && c > 0.0
-                        && c < fedmcmc_common::barker::LOGISTIC_VARIANCE => {}
-                other => {
-                    return invalid(format!(
-                        "a {BARKER} run needs this party's share of the noise variance C, between 0 and π²/3, got {other:?}"
-                    ));
-                }
-            }
-        } else {
-            if !(plan.clip.is_finite() && plan.clip > 0.0) {
-                return invalid(format!("clip must be a positive number, got {}", plan.clip));
-            }
-            if let Some(c) = plan.barker_variance {
-                return invalid(format!(
-                    "a {variant} run takes no Barker variance share, got {c}"
-                ));
-            }
-        }
-        let hmc = match (variant, plan.hmc) {
-            (HMC, Some(h)) => {
-                if h.leapfrog_steps == 0 {
-                    return invalid("an hmc run needs at least one leapfrog step".into());
-                }
-                if !(h.gradient_clip.is_finite() && h.gradient_clip > 0.0) {
-                    return invalid(format!(
-                        "gradient_clip must be a positive number, got {}",
-                        h.gradient_clip
-                    ));
-                }
-                let per = u64::from(h.leapfrog_steps) + 2;
-                if !plan.steps_per_chain.is_multiple_of(per) {
-                    return invalid(format!(
-                        "an hmc run with {} leapfrog steps takes {per} steps per iteration (L + 1 gradients and the ratio); steps_per_chain = {} is not a multiple",
-                        h.leapfrog_steps, plan.steps_per_chain
-                    ));
-                }
-                let NoiseRequest::Tau(_) = plan.noise else {
-                    return invalid(
-                        "an hmc run gives its ratio tau and gradient_tau; the party does not calibrate two noises".into(),
-                    );
-                };
-                Some(HmcTerms {
-                    leapfrog_steps: h.leapfrog_steps,
-                    gradient_clip: h.gradient_clip,
-                    gradient_tau: h.gradient_tau,
-                    gradient_multiplier: self.multiplier_of("gradient_tau", h.gradient_tau)?,
-                })
-            }
-            (HMC, None) => {
-                return invalid(
-                    "an hmc run needs its leapfrog steps, gradient clip and gradient tau".into(),
-                );
-            }
-            (_, Some(_)) => {
-                return invalid(format!(
-                    "a {variant} run takes no leapfrog steps or gradient terms"
-                ));
-            }
-            (_, None) => None,
-        };
-        let noise = match (variant, plan.noise) {
-            // DP Barker's noise is its variance share; its multiplier follows from the batch.
-            (BARKER, NoiseRequest::Calibrate) => {
-                let batch = plan.batch_size.unwrap_or(1);
-                let tau = barker_noise_multiplier(batch) / (n as f64).sqrt();
-                self.check_barker_share(batch, plan.barker_variance.unwrap_or(0.0), tau)?;
-                NoiseRequest::Tau(tau)
-            }
-            (BARKER, NoiseRequest::Tau(tau)) => {
-                return invalid(format!(
-                    "a {BARKER} run's noise is fixed by its variance share; ask the party to calibrate instead of giving tau = {tau}"
-                ));
-            }
-            (_, NoiseRequest::Tau(tau)) => {
-                self.multiplier_of("tau", tau)?;
-                plan.noise
-            }
-            (_, NoiseRequest::Calibrate) => plan.noise,
-        };
-        let population = plan.batch_size.map(|_| n);
-        let mechanism = mechanism_of(variant, plan.batch_size, population)
-            .map_err(PartyError::InvalidArgument)?;
-        let releases = (plan.chains as u64)
-            .checked_mul(plan.steps_per_chain)
-            .filter(|&k| k <= 1 << 53)
-            .ok_or_else(|| PartyError::InvalidArgument("the plan has too many steps".into()))?;
-        Ok(Checked {
-            mechanism,
-            releases,
-            noise,
-            population,
-            hmc,
-        })
-    }
-
-    /// Refuses a DP Barker share Cᵢ so small that no step of the run could be answered with
-    /// it: a release's bound and noise follow from the share, the batch and n alone
-    /// ([`barker_bound`]), the same at every step, so the release path's public check
-    /// ([`Calibration::check`]) is made here once, at the multiplier the run will have
-    /// (τ·√n, as admission computes it). A share whose noise variance underflows (below
-    /// about 2.2e-308) fails it at every step; one whose clip √(Cᵢ/(2b))·b/n underflows to 0
-    /// would pass it and answer 0 with noise variance 0 instead of Cᵢ, carrying nothing.
-    /// Refused before admission, so nothing is reserved or charged.
-    fn check_barker_share(&self, batch: u64, share: f64, tau: f64) -> Result<(), PartyError> {
-        let n = self.data.n();
-        let bound = barker_bound(n, batch, share);
-        let multiplier = tau * (n as f64).sqrt();
-        if bound.row > 0.0 && Calibration::check(bound, multiplier).is_ok() {
-            return Ok(());
-        }
-        Err(PartyError::InvalidArgument(format!(
-            "a {BARKER} run's variance share C_i = {share:e} is too small: with a batch of {batch} of this party's {n} rows its releases' clip ({:e}) or noise variance ({:e}) underflows, so no step could be answered; give a share of at least about {:e}",
-            bound.row,
-            (multiplier * bound.sensitivity).powi(2),
-            f64::MIN_POSITIVE
-        )))
-    }
-
-    /// The noise multiplier τ·√n of a requested τ over this party's rows, or why it is
-    /// refused.
-    fn multiplier_of(&self, what: &str, tau: f64) -> Result<f64, PartyError> {
-        let n = self.data.n();
-        let s = tau * (n as f64).sqrt();
-        let (low, high) = NOISE_MULTIPLIERS;
-        if !(tau.is_finite() && tau > 0.0) {
-            return Err(PartyError::InvalidArgument(format!(
-                "{what} must be a positive number, got {tau}"
-            )));
-        }
-        if !(low..=high).contains(&s) {
-            return Err(PartyError::InvalidArgument(format!(
-                "{what} = {tau:e} gives a noise multiplier τ·√n = {s:e} over this party's {n} rows; it accepts multipliers from {low:e} to {high:e}"
-            )));
-        }
-        Ok(s)
     }
 
     /// Admits a run if its whole plan fits what is left (other open runs' reservations
@@ -603,17 +387,10 @@ impl PartyNode {
                 self.limits.lease_seconds
             )));
         }
-        let admit = || {
-            self.budget.admit(
-                &self.committed(),
-                mechanism,
-                reserved,
-                self.data.n() as u64,
-                noise,
-            )
-        };
-        // A numerical accountant (a PLD calibration) may compute for seconds.
-        let admitted = crate::blocking(admit)?;
+        let (budget, committed, rows) = (self.budget, self.committed(), self.data.n() as u64);
+        let admitted =
+            crate::accounting(move || budget.admit(&committed, mechanism, reserved, rows, noise))
+                .await?;
         let run_id = new_run_id()?;
         let terms = match plan.noise {
             NoiseRequest::Tau(tau) if hmc.is_some() => terms(tau, tau * sqrt_n),
@@ -636,6 +413,7 @@ impl PartyNode {
             .expect("runs lock")
             .open
             .insert(run_id.clone(), Arc::new(state));
+        self.account().await;
         tracing::info!(
             party = %self.name, %run_id, releases, tau = admitted.tau,
             accountant = %admitted.method, requested = %self.budget.accountant,
@@ -655,21 +433,46 @@ impl PartyNode {
     /// Closes a run; from then on it is charged for what it released, not what it planned.
     pub async fn close_run(&self, run_id: &str) -> Result<Closed, PartyError> {
         let _admission = self.admission.lock().await;
-        let answered = self
+        let closed = self
             .runs
             .lock()
             .expect("runs lock")
-            .close_answers
-            .get(run_id)
-            .cloned();
-        if let Some(closed) = answered {
-            return Ok(Closed {
-                epsilon_committed: self.budget.epsilon_of(&self.committed()),
-                ..closed
-            });
+            .closed
+            .contains_key(run_id);
+        if closed {
+            return self.answer_again(run_id).await;
         }
         let run = self.run(run_id)?;
         self.close(run_id, run, ClosedBy::CloseRun).await
+    }
+
+    /// A repeated CloseRun of a closed run (a retry whose first answer was lost, a resumed
+    /// coordinator; after a restart or the lease's close too) gets the answer its close
+    /// recorded. A run closed without one was never answered (its close was cut short: the
+    /// caller went away or the party stopped; or the ledger predates recorded answers), so its
+    /// answer is made now from the ledger as [`PartyNode::close`] makes it, with the total
+    /// committed now, and recorded for every later CloseRun.
+    async fn answer_again(&self, run_id: &str) -> Result<Closed, PartyError> {
+        if let Some(closed) = self.ledger.answer(run_id)? {
+            return Ok(closed);
+        }
+        let (terms, released) = self.ledger.released(run_id)?.ok_or_else(|| {
+            PartyError::NotFound(format!("no run with id {run_id:?} on this party"))
+        })?;
+        let mechanism = recorded_release(
+            &format!("run {run_id}"),
+            &terms.variant,
+            (terms.batch_size, terms.population),
+            terms.noise_multiplier,
+            terms.planned_releases,
+        )?;
+        let closed = Closed {
+            releases: released.iter().map(|&(_, count)| count).sum(),
+            run_epsilon: self.run_epsilon(mechanism, released).await,
+            epsilon_committed: self.account().await,
+        };
+        self.ledger.record_answer(run_id, &closed).await?;
+        Ok(closed)
     }
 
     /// Closes every open run that has seen no step for longer than the lease at `now`,
@@ -729,8 +532,9 @@ impl PartyNode {
     }
 
     /// Commits the close, waits for releases in flight, then folds the run into the closed
-    /// runs' aggregate charge. The caller holds the admission lock. A close cancelled while
-    /// it waited (its caller went away) is committed already: a second close finishes it.
+    /// runs' aggregate charge and records the answer. The caller holds the admission lock. A
+    /// close cancelled while it waited (its caller went away) is committed already: a second
+    /// close finishes it.
     async fn close(
         &self,
         run_id: &str,
@@ -748,11 +552,6 @@ impl PartyNode {
         }
         let releases = run.released.load(Ordering::SeqCst);
         let released = run.released_by_multiplier(&steps);
-        let charged = released.iter().map(|&(noise_multiplier, count)| Release {
-            mechanism: run.mechanism,
-            noise_multiplier,
-            count: count as f64,
-        });
         {
             let mut runs = self.runs.lock().expect("runs lock");
             runs.open.remove(run_id);
@@ -764,14 +563,10 @@ impl PartyNode {
         tracing::info!(party = %self.name, %run_id, releases, ?by, "run closed");
         let closed = Closed {
             releases,
-            run_epsilon: self.budget.epsilon_of(&self.composition(charged)),
-            epsilon_committed: self.budget.epsilon_of(&self.committed()),
+            run_epsilon: self.run_epsilon(run.mechanism, released).await,
+            epsilon_committed: self.account().await,
         };
-        if by == ClosedBy::CloseRun {
-            let mut runs = self.runs.lock().expect("runs lock");
-            runs.close_answers
-                .insert(run_id.to_string(), closed.clone());
-        }
+        self.ledger.record_answer(run_id, &closed).await?;
         Ok(closed)
     }
 }

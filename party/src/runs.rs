@@ -1,5 +1,5 @@
 //! The runs a node holds: each open run's terms and chains, and the closed runs' charges
-//! folded by mechanism, as the accountant composes them.
+//! summed by mechanism (`fold` folds them further for the accountant).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,6 @@ use fedmcmc_common::accountant::{MechanismKind, Release};
 
 use crate::error::PartyError;
 use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
-use crate::node::Closed;
 use crate::variants::mechanism_of;
 
 /// Where one chain of a run stands: the next step it may ask for and the last answer given.
@@ -191,13 +190,11 @@ pub(crate) fn batch_of(mechanism: MechanismKind) -> (u64, u64) {
 pub(crate) struct Runs {
     pub(crate) open: HashMap<String, Arc<RunState>>,
     pub(crate) closed: HashMap<String, ClosedBy>,
-    /// What CloseRun answered for each run it closed since this node started: a repeated
-    /// CloseRun (a retry whose first answer was lost, a resumed coordinator) gets the same
-    /// answer, as a repeated step does.
-    pub(crate) close_answers: HashMap<String, Closed>,
     /// Sorted by (variant, noise multiplier, batch, population), so a node composes the same releases in the same
     /// order whether they were folded as runs closed or read back at start.
     pub(crate) charges: Vec<Charge>,
+    /// Snapshots of the committed total taken so far (Describe's figures are the latest's).
+    pub(crate) snapshots: u64,
 }
 
 impl Runs {
@@ -231,11 +228,8 @@ impl Runs {
     }
 }
 
-/// The closed runs' charges as releases for the accountant.
-pub(crate) fn closed_releases(runs: &Runs) -> impl Iterator<Item = Release> + '_ {
-    runs.charges.iter().map(|c| Release {
-        mechanism: c.mechanism,
-        noise_multiplier: c.noise_multiplier,
-        count: c.releases as f64,
-    })
+/// The closed runs' charges as the accountant composes them: folded into a bounded number of
+/// groups, exactly or conservatively (`fold`).
+pub(crate) fn closed_releases(runs: &Runs) -> Vec<Release> {
+    crate::fold::folded(&runs.charges)
 }

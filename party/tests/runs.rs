@@ -81,8 +81,8 @@ fn refusal(result: Result<impl std::fmt::Debug, PartyError>) -> PartyError {
 }
 
 /// A run without a step for longer than the lease is closed and charged what it released, not
-/// its plan; a step renews the lease; a late step and a late CloseRun are told why the run was
-/// closed, after a restart too.
+/// its plan; a step renews the lease; a late step is told why the run was closed, after a
+/// restart too, and a late CloseRun gets the answer the lease's close computed.
 #[tokio::test]
 async fn an_idle_run_is_closed_by_its_lease_and_charged_what_it_released() {
     let limits = RunLimits {
@@ -117,16 +117,15 @@ async fn an_idle_run_is_closed_by_its_lease_and_charged_what_it_released() {
     assert!(d.epsilon_committed < epsilon_of(&[(10, s), (10, busy.noise_multiplier)]));
 
     let said = format!("run {} was closed after 5 s idle", idle.run_id);
-    for late in [
-        refusal(step(&node, &idle.run_id, 0, 3).await),
-        refusal(node.close_run(&idle.run_id).await),
-    ] {
-        assert!(
-            matches!(late, PartyError::FailedPrecondition(_)),
-            "{late:?}"
-        );
-        assert!(late.to_string().contains(&said), "{late}");
-    }
+    let late = refusal(step(&node, &idle.run_id, 0, 3).await);
+    assert!(
+        matches!(late, PartyError::FailedPrecondition(_)),
+        "{late:?}"
+    );
+    assert!(late.to_string().contains(&said), "{late}");
+    let by_lease = node.close_run(&idle.run_id).await.unwrap();
+    assert_eq!(by_lease.releases, 3);
+    assert_eq!(by_lease.epsilon_committed, d.epsilon_committed);
     assert!(step(&node, &busy.run_id, 0, 2).await.is_ok());
 
     let committed = node.describe().epsilon_committed;
@@ -135,6 +134,7 @@ async fn an_idle_run_is_closed_by_its_lease_and_charged_what_it_released() {
     assert_eq!(node.describe().epsilon_committed, committed);
     let late = refusal(step(&node, &idle.run_id, 0, 3).await);
     assert!(late.to_string().contains(&said), "{late}");
+    assert_eq!(node.close_run(&idle.run_id).await.unwrap(), by_lease);
     // The open run's lease starts afresh at start-up: a sweep at once closes nothing.
     assert!(
         node.close_idle_runs(Instant::now())
@@ -349,4 +349,91 @@ async fn start_up_with_10000_closed_runs() {
             rss_mib()
         );
     }
+}
+
+/// A repeated CloseRun gets the first answer from the ledger: after a restart, although a
+/// later run changed the total committed, and for a run the lease closed, the answer its
+/// close computed. An unknown run id is still refused.
+#[tokio::test]
+async fn a_repeated_close_after_a_restart_gets_the_first_answer() {
+    let limits = RunLimits {
+        lease_seconds: 5,
+        ..RunLimits::default()
+    };
+    let (_dir, ledger, node, fp) = fresh(limits);
+    let closed = open(&node, &fp, 1, 10, Tau(0.5)).await.unwrap();
+    let leased = open(&node, &fp, 1, 10, Tau(0.7)).await.unwrap();
+    for s in 0..3 {
+        step(&node, &closed.run_id, 0, s).await.unwrap();
+    }
+    step(&node, &leased.run_id, 0, 0).await.unwrap();
+    let first = node.close_run(&closed.run_id).await.unwrap();
+    let after_lease = Instant::now() + limits.lease() + Duration::from_secs(1);
+    assert_eq!(
+        node.close_idle_runs(after_lease).await.unwrap(),
+        vec![leased.run_id.clone()]
+    );
+    let (s, s_leased) = (closed.noise_multiplier, leased.noise_multiplier);
+    let by_lease = node.close_run(&leased.run_id).await.unwrap();
+    assert_eq!(by_lease.releases, 1);
+    let near = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-12;
+    assert!(
+        near(by_lease.run_epsilon, epsilon_of(&[(1, s_leased)])),
+        "{by_lease:?}"
+    );
+    assert!(
+        near(
+            by_lease.epsilon_committed,
+            epsilon_of(&[(3, s), (1, s_leased)])
+        ),
+        "{by_lease:?}"
+    );
+    let later = open(&node, &fp, 1, 10, Tau(0.5)).await.unwrap();
+    drop(node);
+
+    let (node, _) = party(&ledger, limits);
+    assert!(node.describe().epsilon_committed > first.epsilon_committed);
+    assert_eq!(node.close_run(&closed.run_id).await.unwrap(), first);
+    assert_eq!(node.close_run(&leased.run_id).await.unwrap(), by_lease);
+    let said = format!("run {} was closed after 5 s idle", leased.run_id);
+    let late = refusal(step(&node, &leased.run_id, 0, 1).await);
+    assert!(late.to_string().contains(&said), "{late}");
+    let unknown = refusal(node.close_run("00112233445566778899aabbccddeeff").await);
+    assert!(matches!(unknown, PartyError::NotFound(_)), "{unknown:?}");
+    assert_eq!(node.close_run(&later.run_id).await.unwrap().releases, 0);
+}
+
+/// A run whose close was committed but never answered (the party stopped between the two)
+/// gets an answer made from the ledger at its next CloseRun: its releases, its ε, the total
+/// committed then; recorded, so a CloseRun after another restart gets the same.
+#[tokio::test]
+async fn a_close_never_answered_is_answered_from_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let (node, fp) = party(&path, RunLimits::default());
+    let grant = open(&node, &fp, 2, 10, Tau(0.5)).await.unwrap();
+    for s in 0..2 {
+        step(&node, &grant.run_id, 0, s).await.unwrap();
+        step(&node, &grant.run_id, 1, s).await.unwrap();
+    }
+    drop(node);
+    {
+        let (ledger, _) = Ledger::open(&path).unwrap();
+        ledger
+            .close_run(&grant.run_id, fedmcmc_party::ledger::ClosedBy::CloseRun)
+            .await
+            .unwrap();
+    }
+    let (node, _) = party(&path, RunLimits::default());
+    let answer = node.close_run(&grant.run_id).await.unwrap();
+    assert_eq!(answer.releases, 4);
+    let expected = epsilon_of(&[(4, grant.noise_multiplier)]);
+    assert!(
+        (answer.run_epsilon / expected - 1.0).abs() < 1e-12,
+        "{answer:?}"
+    );
+    assert_eq!(answer.epsilon_committed, node.describe().epsilon_committed);
+    drop(node);
+    let (node, _) = party(&path, RunLimits::default());
+    assert_eq!(node.close_run(&grant.run_id).await.unwrap(), answer);
 }

@@ -114,6 +114,15 @@ pub enum ClosedBy {
     Lease { idle_seconds: u64 },
 }
 
+/// What CloseRun answered for a run (or the lease's close computed): recorded with the run, so
+/// that a repeated CloseRun, after a restart too, gets this answer and not a later total.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Closed {
+    pub releases: u64,
+    pub run_epsilon: f64,
+    pub epsilon_committed: f64,
+}
+
 /// Releases of closed runs with one variant, noise multiplier and batch, summed: what the
 /// accountant composes for them, since k releases of one mechanism compose the same run by
 /// run or at once.
@@ -152,6 +161,10 @@ enum Entry<'a> {
         run_id: &'a str,
         by: ClosedBy,
     },
+    Answer {
+        run_id: &'a str,
+        closed: &'a Closed,
+    },
 }
 
 pub struct Ledger {
@@ -188,7 +201,10 @@ CREATE TABLE IF NOT EXISTS runs (
     opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     terms TEXT NOT NULL,
     closed INTEGER NOT NULL DEFAULT 0,
-    closed_idle_seconds INTEGER
+    closed_idle_seconds INTEGER,
+    answer_releases INTEGER,
+    answer_run_epsilon REAL,
+    answer_epsilon_committed REAL
 );
 CREATE TABLE IF NOT EXISTS releases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -207,6 +223,10 @@ CREATE TABLE IF NOT EXISTS releases (
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // NULL: open, or closed by CloseRun; otherwise closed by the lease after that many s idle.
     ("runs", "closed_idle_seconds", "INTEGER"),
+    // NULL until a close's answer is recorded (`Closed`).
+    ("runs", "answer_releases", "INTEGER"),
+    ("runs", "answer_run_epsilon", "REAL"),
+    ("runs", "answer_epsilon_committed", "REAL"),
 ];
 
 /// Brings a ledger written by an earlier version up to [`SCHEMA`].
@@ -316,6 +336,36 @@ impl Ledger {
         read_closed_runs(&conn).map_err(|e| storage(&self.path, e))
     }
 
+    /// A read that may wait for the connection while a commit fsyncs: off the worker then.
+    fn read<T>(
+        &self,
+        query: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, LedgerError> {
+        let read = || {
+            let conn = self.conn.lock().expect("ledger lock");
+            query(&conn).map_err(|e| storage(&self.path, e))
+        };
+        if self.durable {
+            crate::blocking(read)
+        } else {
+            read()
+        }
+    }
+
+    /// The answer recorded when the closed run `run_id` was closed, if one was.
+    pub fn answer(&self, run_id: &str) -> Result<Option<Closed>, LedgerError> {
+        self.read(|conn| read::answer(conn, run_id))
+    }
+
+    /// A closed run's terms and its charged releases counted per noise multiplier (in
+    /// ascending order); `None` if the ledger records no closed run `run_id`.
+    pub fn released(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(RunTerms, Vec<(f64, u64)>)>, LedgerError> {
+        self.read(|conn| read::released(conn, run_id))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -350,6 +400,11 @@ impl Ledger {
     /// Durably closes a run: from now on it is charged for what it released.
     pub async fn close_run(&self, run_id: &str, by: ClosedBy) -> Result<(), LedgerError> {
         self.commit(Entry::Close { run_id, by }).await
+    }
+
+    /// Durably records what a closed run's close answered.
+    pub async fn record_answer(&self, run_id: &str, closed: &Closed) -> Result<(), LedgerError> {
+        self.commit(Entry::Answer { run_id, closed }).await
     }
 }
 
@@ -391,251 +446,25 @@ fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
                 params![run_id, idle_seconds],
             )?;
         }
+        Entry::Answer { run_id, closed } => {
+            conn.execute(
+                "UPDATE runs SET answer_releases = ?2, answer_run_epsilon = ?3,
+                                 answer_epsilon_committed = ?4
+                 WHERE run_id = ?1 AND closed = 1",
+                params![
+                    run_id,
+                    closed.releases as i64,
+                    closed.run_epsilon,
+                    closed.epsilon_committed
+                ],
+            )?;
+        }
     }
     Ok(())
 }
 
-fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
-    serde_json::from_str(text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, Box::new(e))
-    })
-}
-
-/// Open runs with their release counts and each chain's last release: two queries in all, not
-/// one per run or chain (a ledger once held millions of chains and took minutes to start).
-fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
-    let mut stmt =
-        conn.prepare("SELECT run_id, terms FROM runs WHERE closed = 0 ORDER BY rowid")?;
-    let mut runs = Vec::new();
-    let mut index = HashMap::new();
-    for head in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
-        let (run_id, terms) = head?;
-        let terms = terms_from_json(1, &terms)?;
-        index.insert(run_id.clone(), runs.len());
-        runs.push(RunRecord {
-            run_id,
-            last: vec![None; terms.chains as usize],
-            terms,
-            released: 0,
-            public: 0,
-        });
-    }
-    // SQLite takes the bare columns of a group from the row holding its MAX(step).
-    let mut stmt = conn.prepare(
-        "SELECT run_id, chain, MAX(step), SUM(mechanism <> ?1), mechanism, noise_multiplier,
-                inputs, value, noise_variance, SUM(mechanism = ?1)
-         FROM releases WHERE run_id IN (SELECT run_id FROM runs WHERE closed = 0)
-         GROUP BY run_id, chain",
-    )?;
-    let mut rows = stmt.query([PUBLIC_MECHANISM])?;
-    while let Some(r) = rows.next()? {
-        let run_id: String = r.get(0)?;
-        let chain: u32 = r.get(1)?;
-        let Some(run) = index.get(&run_id).map(|&i| &mut runs[i]) else {
-            continue;
-        };
-        run.released += r.get::<_, i64>(3)? as u64;
-        run.public += r.get::<_, i64>(9)? as u64;
-        let record = ReleaseRecord {
-            run_id,
-            chain,
-            step: r.get::<_, i64>(2)? as u64,
-            mechanism: r.get(4)?,
-            noise_multiplier: r.get(5)?,
-            inputs: blob_to_f64s(&r.get::<_, Vec<u8>>(6)?),
-            value: blob_to_f64s(&r.get::<_, Vec<u8>>(7)?),
-            noise_variance: r.get(8)?,
-        };
-        // A release on a chain beyond the run's terms is still charged (counted above).
-        if let Some(slot) = run.last.get_mut(chain as usize) {
-            *slot = Some(record);
-        }
-    }
-    Ok(runs)
-}
-
-/// Closed runs: ids and reasons, and their charged releases (not the public ones) summed per
-/// (variant, noise multiplier) in one GROUP BY. A release's multiplier is its run's (the
-/// release path copies it).
-fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
-    let mut stmt = conn.prepare("SELECT run_id, closed_idle_seconds FROM runs WHERE closed = 1")?;
-    let runs = stmt
-        .query_map([], |r| {
-            let by = match r.get::<_, Option<i64>>(1)? {
-                None => ClosedBy::CloseRun,
-                Some(s) => ClosedBy::Lease {
-                    idle_seconds: s as u64,
-                },
-            };
-            Ok((r.get(0)?, by))
-        })?
-        .collect::<Result<_, _>>()?;
-    let mut stmt = conn.prepare(
-        "SELECT json_extract(runs.terms, '$.variant'), releases.noise_multiplier,
-                json_extract(runs.terms, '$.batch_size'), json_extract(runs.terms, '$.population'),
-                COUNT(*)
-         FROM releases JOIN runs ON runs.run_id = releases.run_id
-         WHERE runs.closed = 1 AND releases.mechanism <> ?1
-         GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
-    )?;
-    let charges = stmt
-        .query_map([PUBLIC_MECHANISM], |r| {
-            Ok(ClosedCharge {
-                variant: r.get(0)?,
-                noise_multiplier: r.get(1)?,
-                batch_size: r.get::<_, Option<i64>>(2)?.map(|b| b as u64),
-                population: r.get::<_, Option<i64>>(3)?.map(|n| n as u64),
-                releases: r.get::<_, i64>(4)? as u64,
-            })
-        })?
-        .collect::<Result<_, _>>()?;
-    Ok(ClosedRuns { runs, charges })
-}
+mod read;
+use read::{read_closed_runs, read_open_runs};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn in_use(result: Result<(Ledger, Vec<RunRecord>), LedgerError>) -> String {
-        match result {
-            Err(e @ LedgerError::InUse { .. }) => e.to_string(),
-            Err(e) => panic!("refused for another reason: {e}"),
-            Ok(_) => panic!("a second open of an owned ledger succeeded"),
-        }
-    }
-
-    /// `flock` conflicts between open file descriptions, so a second open in the same process
-    /// is refused as another process's would be; dropping the first frees the ledger.
-    #[test]
-    fn a_ledger_has_one_owner_at_a_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.sqlite");
-        let first = Ledger::open(&path).unwrap();
-        let said = in_use(Ledger::open(&path));
-        assert_eq!(
-            said,
-            format!(
-                "ledger {} is in use by another process; a ledger belongs to one party at a time",
-                path.display()
-            )
-        );
-        drop(first);
-        let again = Ledger::open(&path).unwrap();
-        // In-memory ledgers own no file.
-        let _a = Ledger::in_memory().unwrap();
-        let _b = Ledger::in_memory().unwrap();
-        drop(again);
-    }
-
-    /// The lock is on the file, not its name: a symlink, a hard link or a path through
-    /// another directory reaches the same lock.
-    #[test]
-    fn the_lock_holds_whatever_path_reaches_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.sqlite");
-        let _owner = Ledger::open(&path).unwrap();
-        let symlink = dir.path().join("symlink.sqlite");
-        std::os::unix::fs::symlink(&path, &symlink).unwrap();
-        let hard = dir.path().join("hard.sqlite");
-        std::fs::hard_link(&path, &hard).unwrap();
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let dotted = dir.path().join("sub/../ledger.sqlite");
-        for other in [symlink, hard, dotted] {
-            let said = in_use(Ledger::open(&other));
-            assert!(said.contains(&other.display().to_string()), "{said}");
-        }
-    }
-
-    /// A ledger written before runs recorded why they were closed gains the column; its
-    /// closed runs read as closed by CloseRun and keep their charge.
-    #[test]
-    fn a_ledger_of_the_first_schema_is_migrated() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.sqlite");
-        let terms = RunTerms {
-            variant: "full-penalty".into(),
-            chains: 2,
-            steps_per_chain: 5,
-            planned_releases: 10,
-            clip: 2.0,
-            tau: 0.5,
-            noise_multiplier: 22.5,
-            batch_size: None,
-            population: None,
-            barker_variance: None,
-            hmc: None,
-        };
-        {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE runs (
-                    run_id TEXT PRIMARY KEY,
-                    opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-                    terms TEXT NOT NULL,
-                    closed INTEGER NOT NULL DEFAULT 0
-                );",
-            )
-            .unwrap();
-            conn.execute_batch(SCHEMA).unwrap();
-            for (run_id, closed) in [("old", 1), ("live", 0)] {
-                write_entry(
-                    &conn,
-                    &Entry::Open {
-                        run_id,
-                        terms: &terms,
-                    },
-                )
-                .unwrap();
-                for step in 0..2 {
-                    let release = ReleaseRecord {
-                        run_id: run_id.into(),
-                        chain: 1,
-                        step,
-                        mechanism: "gaussian".into(),
-                        noise_multiplier: terms.noise_multiplier,
-                        inputs: vec![0.0; 4],
-                        value: vec![step as f64],
-                        noise_variance: 1.0,
-                    };
-                    write_entry(&conn, &Entry::Release(&release)).unwrap();
-                }
-                conn.execute(
-                    "UPDATE runs SET closed = ?2 WHERE run_id = ?1",
-                    params![run_id, closed],
-                )
-                .unwrap();
-            }
-        }
-        let (ledger, open) = Ledger::open(&path).unwrap();
-        assert_eq!(open.len(), 1);
-        assert_eq!(open[0].run_id, "live");
-        assert_eq!(open[0].released, 2);
-        assert!(open[0].last[0].is_none());
-        assert_eq!(open[0].last[1].as_ref().unwrap().step, 1);
-        let closed = ledger.closed_runs().unwrap();
-        assert_eq!(
-            closed.runs,
-            HashMap::from([("old".into(), ClosedBy::CloseRun)])
-        );
-        assert_eq!(
-            closed.charges,
-            vec![ClosedCharge {
-                variant: "full-penalty".into(),
-                noise_multiplier: 22.5,
-                batch_size: None,
-                population: None,
-                releases: 2,
-            }]
-        );
-        // The new column is written from now on.
-        let by = ClosedBy::Lease { idle_seconds: 600 };
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(ledger.close_run("live", by))
-            .unwrap();
-        let closed = ledger.closed_runs().unwrap();
-        assert_eq!(closed.runs["live"], by);
-        assert_eq!(closed.charges[0].releases, 4);
-    }
-}
+mod tests;

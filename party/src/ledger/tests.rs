@@ -1,0 +1,144 @@
+use super::*;
+
+fn in_use(result: Result<(Ledger, Vec<RunRecord>), LedgerError>) -> String {
+    match result {
+        Err(e @ LedgerError::InUse { .. }) => e.to_string(),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a second open of an owned ledger succeeded"),
+    }
+}
+
+/// `flock` conflicts between open file descriptions, so a second open in the same process
+/// is refused as another process's would be; dropping the first frees the ledger.
+#[test]
+fn a_ledger_has_one_owner_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let first = Ledger::open(&path).unwrap();
+    let said = in_use(Ledger::open(&path));
+    assert_eq!(
+        said,
+        format!(
+            "ledger {} is in use by another process; a ledger belongs to one party at a time",
+            path.display()
+        )
+    );
+    drop(first);
+    let again = Ledger::open(&path).unwrap();
+    // In-memory ledgers own no file.
+    let _a = Ledger::in_memory().unwrap();
+    let _b = Ledger::in_memory().unwrap();
+    drop(again);
+}
+
+/// The lock is on the file, not its name: a symlink, a hard link or a path through
+/// another directory reaches the same lock.
+#[test]
+fn the_lock_holds_whatever_path_reaches_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let _owner = Ledger::open(&path).unwrap();
+    let symlink = dir.path().join("symlink.sqlite");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    let hard = dir.path().join("hard.sqlite");
+    std::fs::hard_link(&path, &hard).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let dotted = dir.path().join("sub/../ledger.sqlite");
+    for other in [symlink, hard, dotted] {
+        let said = in_use(Ledger::open(&other));
+        assert!(said.contains(&other.display().to_string()), "{said}");
+    }
+}
+
+/// A ledger written before runs recorded why they were closed gains the column; its
+/// closed runs read as closed by CloseRun and keep their charge.
+#[test]
+fn a_ledger_of_the_first_schema_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let terms = RunTerms {
+        variant: "full-penalty".into(),
+        chains: 2,
+        steps_per_chain: 5,
+        planned_releases: 10,
+        clip: 2.0,
+        tau: 0.5,
+        noise_multiplier: 22.5,
+        batch_size: None,
+        population: None,
+        barker_variance: None,
+        hmc: None,
+    };
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (
+                run_id TEXT PRIMARY KEY,
+                opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                terms TEXT NOT NULL,
+                closed INTEGER NOT NULL DEFAULT 0
+            );",
+        )
+        .unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        for (run_id, closed) in [("old", 1), ("live", 0)] {
+            write_entry(
+                &conn,
+                &Entry::Open {
+                    run_id,
+                    terms: &terms,
+                },
+            )
+            .unwrap();
+            for step in 0..2 {
+                let release = ReleaseRecord {
+                    run_id: run_id.into(),
+                    chain: 1,
+                    step,
+                    mechanism: "gaussian".into(),
+                    noise_multiplier: terms.noise_multiplier,
+                    inputs: vec![0.0; 4],
+                    value: vec![step as f64],
+                    noise_variance: 1.0,
+                };
+                write_entry(&conn, &Entry::Release(&release)).unwrap();
+            }
+            conn.execute(
+                "UPDATE runs SET closed = ?2 WHERE run_id = ?1",
+                params![run_id, closed],
+            )
+            .unwrap();
+        }
+    }
+    let (ledger, open) = Ledger::open(&path).unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].run_id, "live");
+    assert_eq!(open[0].released, 2);
+    assert!(open[0].last[0].is_none());
+    assert_eq!(open[0].last[1].as_ref().unwrap().step, 1);
+    let closed = ledger.closed_runs().unwrap();
+    assert_eq!(
+        closed.runs,
+        HashMap::from([("old".into(), ClosedBy::CloseRun)])
+    );
+    assert_eq!(
+        closed.charges,
+        vec![ClosedCharge {
+            variant: "full-penalty".into(),
+            noise_multiplier: 22.5,
+            batch_size: None,
+            population: None,
+            releases: 2,
+        }]
+    );
+    // The new column is written from now on.
+    let by = ClosedBy::Lease { idle_seconds: 600 };
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(ledger.close_run("live", by))
+        .unwrap();
+    let closed = ledger.closed_runs().unwrap();
+    assert_eq!(closed.runs["live"], by);
+    assert_eq!(closed.charges[0].releases, 4);
+}
