@@ -54,7 +54,9 @@ pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
 pub(crate) async fn accounting<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(work).await {
         Ok(value) => value,
-        // A blocking task is never cancelled once started: its one error is its panic.
+        // A blocking task not yet started is cancelled only when the runtime shuts down,
+        // which drops this task too: wait for that rather than panic on the way out.
+        Err(e) if e.is_cancelled() => std::future::pending().await,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }

@@ -62,6 +62,14 @@ impl Figures {
     }
 }
 
+/// Stores `computed` unless a later snapshot's figures are already stored.
+fn store(figures: &Mutex<Figures>, computed: Figures) {
+    let mut stored = figures.lock().expect("figures lock");
+    if stored.snapshot < computed.snapshot {
+        *stored = computed;
+    }
+}
+
 /// Serialisable so that a coordinator can record it and resume a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Grant {
@@ -234,13 +242,25 @@ impl PartyNode {
         let (budget, figures) = (self.budget, Arc::clone(&self.figures));
         crate::accounting(move || {
             let computed = Figures::of(snapshot, &budget, &committed);
-            let mut stored = figures.lock().expect("figures lock");
-            if stored.snapshot < snapshot {
-                *stored = computed;
-            }
+            store(&figures, computed);
             computed.epsilon_committed
         })
         .await
+    }
+
+    /// Describe's figures once a run is open, from the ε committed its admission computed
+    /// with the run's reservation (μ is a sum): no second composition, and no await between
+    /// opening the run and answering its grant, where a caller gone meanwhile would leave
+    /// the run open, unknown to it, until its lease.
+    fn admitted(&self, epsilon_committed: f64) {
+        let (snapshot, committed) = self.snapshot();
+        let mu_remaining = self.budget.mu_remaining(&committed);
+        let figures = Figures {
+            snapshot,
+            epsilon_committed,
+            mu_remaining,
+        };
+        store(&self.figures, figures);
     }
 
     /// ε at the party's δ of one run's charged releases, given per noise multiplier: the one
@@ -413,7 +433,7 @@ impl PartyNode {
             .expect("runs lock")
             .open
             .insert(run_id.clone(), Arc::new(state));
-        self.account().await;
+        self.admitted(admitted.epsilon_committed);
         tracing::info!(
             party = %self.name, %run_id, releases, tau = admitted.tau,
             accountant = %admitted.method, requested = %self.budget.accountant,

@@ -1,6 +1,7 @@
 //! The product as a user runs it: separate processes, real gRPC, files on disk.
 use std::process::Command;
 
+use fedmcmc_common::noise_aware::rounds::DEFAULT_RELEASES;
 use fedmcmc_system_tests::{
     PartyProcess, bin, run, simulate, simulated_federation, write_run_config,
 };
@@ -281,7 +282,7 @@ fn simulate_samples_the_summaries_route() {
     assert!(ok, "simulate failed: {stderr}");
     let summary = read(&out);
     for p in summary["parties"].as_array().unwrap() {
-        assert_eq!(p["releases"], 5, "{p}");
+        assert_eq!(p["releases"], DEFAULT_RELEASES, "{p}");
     }
     for p in summary["parameters"].as_array().unwrap() {
         assert!(p["r_hat"].as_f64().unwrap() <= 1.01, "{p}");
