@@ -20,6 +20,8 @@ use crate::output::Report;
 const DIR: &str = "checkpoint";
 const JOB: &str = "job.json";
 const ENDED: &str = "ended";
+/// Locked (flock) by the coordinator whose job the checkpoint is, while it runs.
+const LOCK: &str = "lock";
 
 /// The job as `--resume` needs it: which command, with which settings.
 #[derive(Serialize, Deserialize)]
@@ -28,9 +30,33 @@ struct JobFile<S> {
     settings: S,
 }
 
-/// A job's checkpoint directory.
+/// A job's checkpoint directory, owned by this process while the value lives: a second
+/// coordinator's `--resume` of a live job would cut its records and release its steps again.
 pub struct Checkpoint {
     dir: PathBuf,
+    _owner: std::fs::File,
+}
+
+/// Takes the checkpoint's lock, or says which coordinator holds it.
+fn own(dir: &Path, out: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(LOCK);
+    let file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "{} is the output directory of a coordinator that is still running (it holds {}): wait for it to end, or stop it, before resuming",
+            out.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            anyhow::bail!("cannot lock {}: {e}", path.display())
+        }
+    }
 }
 
 /// Output files of a run, whichever way it ended: `OUT` holding one is not a new run's.
@@ -58,12 +84,13 @@ impl Checkpoint {
         }
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        let owner = own(&dir, out)?;
         let job = JobFile {
             command: command.to_string(),
             settings,
         };
         write_synced(&dir.join(JOB), &serde_json::to_string_pretty(&job)?)?;
-        Ok(Checkpoint { dir })
+        Ok(Checkpoint { dir, _owner: owner })
     }
 
     /// The checkpoint of the `command` job in `out`, to carry on, and its settings.
@@ -74,6 +101,7 @@ impl Checkpoint {
         let text = std::fs::read_to_string(&path).map_err(|e| {
             anyhow::anyhow!("{shown} holds no run to resume ({}: {e})", path.display())
         })?;
+        let owner = own(&dir, out)?;
         if let Ok(ended) = std::fs::read_to_string(dir.join(ENDED)) {
             anyhow::bail!(
                 "the run in {shown} ended ({}) and its runs are closed on every party: there is nothing to resume",
@@ -93,7 +121,7 @@ impl Checkpoint {
                 job.command
             );
         }
-        Ok((Checkpoint { dir }, job.settings))
+        Ok((Checkpoint { dir, _owner: owner }, job.settings))
     }
 
     /// `handle` to party `name`, its replies recorded in (and replayed from) the checkpoint,

@@ -32,6 +32,9 @@ pub fn plan(
     tau: Option<f64>,
     iterations: Option<u64>,
 ) -> Result<Planned, String> {
+    if chains == 0 {
+        return Err("a job needs at least one chain, got 0".into());
+    }
     if let Some(t) = tau
         && !(t.is_finite() && t > 0.0)
     {
@@ -117,6 +120,13 @@ mod tests {
             mu_remaining: max_mu(epsilon, delta).unwrap(),
             variants: Vec::new(),
         }
+    }
+
+    #[test]
+    fn no_chains_is_refused_with_a_sentence() {
+        let parties = [party("a", 1000, 1.0, 1e-5)];
+        let e = plan(&parties, &Variant::Penalty, 0, Some(0.1), None).unwrap_err();
+        assert_eq!(e, "a job needs at least one chain, got 0");
     }
 
     #[test]

@@ -131,6 +131,14 @@ pub struct RemoteParty {
     pub tls_name: Option<String>,
 }
 
+/// The directory `path` is in: `.` for a bare file name, whose parent is the empty path.
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 impl RunConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -138,7 +146,7 @@ impl RunConfig {
         let mut config: RunConfig = toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{} is not a valid run config: {e}", path.display()))?;
         // Absolute, so that the config kept for `--resume` means the same from anywhere.
-        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
+        let base = std::path::absolute(directory_of(path))
             .map_err(|e| anyhow::anyhow!("cannot resolve {}: {e}", path.display()))?;
         let base = base.as_path();
         for p in &mut config.parties {
@@ -406,6 +414,16 @@ mod tests {
     use fedmcmc_common::models::{Family, GlmSpec};
 
     use super::*;
+
+    /// `--config run.toml` (a bare name, the docs' line) resolves against the working
+    /// directory; its parent is the empty path, which `std::path::absolute` refuses.
+    #[test]
+    fn a_bare_config_name_is_in_the_working_directory() {
+        assert_eq!(directory_of(Path::new("run.toml")), Path::new("."));
+        assert_eq!(directory_of(Path::new("a/run.toml")), Path::new("a"));
+        assert_eq!(directory_of(Path::new("/run.toml")), Path::new("/"));
+        assert!(std::path::absolute(directory_of(Path::new("run.toml"))).is_ok());
+    }
 
     /// The route follows from the model alone: the summaries route for every GLM family and
     /// a bounded banana, the DP penalty for a model without summaries, each with its reason; and a run config

@@ -257,7 +257,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub warmup: Option<u64>,
     /// Number of chains [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub chains: Option<u32>,
     /// Per-row clip on the untempered ratio: |ℓ(x|θ′) − ℓ(x|θ)| ≤ clip·‖θ′ − θ‖ [default: 2].
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! clients loop on Describe, on a party whose ledger holds many cheap closed minibatch runs,
 //! each at its own noise (issue 23: one caller must not slow every other caller).
 //!
-//! `CARGO_TARGET_DIR=/work/wt-party/target cargo test --release -p fedmcmc-party
+//! `cargo test --release -p fedmcmc-party
 //!  --test describe_load -- --ignored --nocapture`
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
