@@ -166,7 +166,7 @@ pub async fn run<P: PartyHandle>(
     settings: InitialiserSettings,
 ) -> anyhow::Result<Initialised> {
     let plans = settings.plans(parties).map_err(anyhow::Error::msg)?;
-    let grants = federation.open(&plans, &model).await?;
+    let grants = federation.open(&plans, model).await?;
     let ascent = ascend(federation, model.as_ref(), settings.steps).await;
     let closed = federation.close().await?;
     let (point, scale) = ascent?;
@@ -202,7 +202,7 @@ pub async fn from_summaries<P: PartyHandle>(
     let plans = settings
         .share_of(parties, fedmcmc_party::node::SUMMARIES, releases, 0.0)
         .map_err(anyhow::Error::msg)?;
-    let grants = federation.open(&plans, &model).await?;
+    let grants = federation.open(&plans, model).await?;
     let released = crate::summaries::release(federation, model, schedule, stop).await;
     let closed = federation.close().await?;
     let (release, line) = released?;

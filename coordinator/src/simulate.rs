@@ -181,9 +181,32 @@ impl Preset {
     }
 }
 
+/// The most rows a simulation makes: they are held in memory, a few GB at this count.
+const MAX_ROWS: usize = 100_000_000;
+
+fn rows_in_memory(s: &str) -> Result<usize, String> {
+    let rows: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if !(1..=MAX_ROWS).contains(&rows) {
+        return Err(format!(
+            "{rows} rows: a simulation makes 1 to {MAX_ROWS} rows, held in memory"
+        ));
+    }
+    Ok(rows)
+}
+
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(x) => Err(format!("{x} is not a positive number")),
+        Err(e) => Err(format!("{e}")),
+    }
+}
+
 /// Flags; each may also come from `--config FILE` (a flag given on the command line wins).
 #[derive(Args, Debug, Default, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+// `--epsilon -1` is a value, refused with its reason, not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub struct SimulateArgs {
     /// Carry on the simulation in DIR whose coordinator was killed, with the settings it
     /// started with (give no other flag).
@@ -201,14 +224,15 @@ pub struct SimulateArgs {
     /// Dimension of θ [default: 2, or 30 for thesis-gaussian, 3 for the GLMs].
     #[arg(long)]
     pub dim: Option<usize>,
-    /// Rows in all, split evenly among the parties [default: 100000].
-    #[arg(long)]
+    /// Rows in all, split evenly among the parties [default: 100000; at most 100000000,
+    /// which are simulated in memory].
+    #[arg(long, value_parser = rows_in_memory)]
     pub rows: Option<usize>,
     /// Number of parties [default: 3].
     #[arg(long)]
     pub parties: Option<usize>,
     /// Each party's ε [default: 6].
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     pub epsilon: Option<f64>,
     /// Each party's δ [default: 0.1 / rows].
     #[arg(long)]
@@ -284,7 +308,7 @@ pub struct SimulateArgs {
     /// rounds after the climb: 100 at d = 2].
     #[arg(long)]
     pub init_steps: Option<u64>,
-    /// Output directory [default: out/sim-<unix time>].
+    /// Output directory [default: out/sim-<unix time>-<process id>].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Plaintext gRPC between the coordinator and the simulated parties, instead of mutual
@@ -371,7 +395,8 @@ impl Simulation {
         let out = args
             .out
             .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}")));
+            // The process id keeps two simulations started in the same second apart.
+            .unwrap_or_else(|| PathBuf::from(format!("out/sim-{seconds}-{}", std::process::id())));
         // What `--resume` reads back: every setting, none left to a file or the clock.
         let settings = SimulateArgs {
             config: None,

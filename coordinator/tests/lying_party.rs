@@ -88,7 +88,13 @@ async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
     let (_, liar) = parties.pop().unwrap();
     let (honest_name, honest) = parties.pop().unwrap();
     let federation = Federation::new(vec![
-        (honest_name, Liar { node: Arc::clone(&honest), lie: Lie::None }),
+        (
+            honest_name,
+            Liar {
+                node: Arc::clone(&honest),
+                lie: Lie::None,
+            },
+        ),
         ("liar".to_string(), Liar { node: liar, lie }),
     ]);
     let settings = JobSettings {
@@ -134,14 +140,26 @@ async fn an_honest_pair_runs_through() {
 #[tokio::test]
 async fn a_grant_other_than_the_plan_is_refused_by_name_before_any_step() {
     for (lie, says) in [
-        (Lie::Releases(1), "granted 1 releases for a plan of 400 (2 chains × 200 steps)"),
-        (Lie::Multiplier(f64::NAN), "granted the noise multiplier NaN"),
-        (Lie::Multiplier(0.5), "granted the noise multiplier 0.5, where its τ = 1 and 300 rows give 17.32"),
+        (
+            Lie::Releases(1),
+            "granted 1 releases for a plan of 400 (2 chains × 200 steps)",
+        ),
+        (
+            Lie::Multiplier(f64::NAN),
+            "granted the noise multiplier NaN",
+        ),
+        (
+            Lie::Multiplier(0.5),
+            "granted the noise multiplier 0.5, where its τ = 1 and 300 rows give 17.32",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let (result, open) = job_with(lie, dir.path()).await;
         let e = result.unwrap_err();
-        assert!(e.starts_with("party liar: ") && e.contains(says), "{lie:?}: {e}");
+        assert!(
+            e.starts_with("party liar: ") && e.contains(says),
+            "{lie:?}: {e}"
+        );
         assert_eq!(open, 0, "{lie:?}: the honest party's grant is released");
     }
 }
@@ -149,7 +167,10 @@ async fn a_grant_other_than_the_plan_is_refused_by_name_before_any_step() {
 #[tokio::test]
 async fn an_answer_no_honest_party_gives_stops_the_job_by_name() {
     for (lie, says) in [
-        (Lie::Variance(1e308), "stated noise variance 1e308 at step 0"),
+        (
+            Lie::Variance(1e308),
+            "stated noise variance 1e308 at step 0",
+        ),
         (Lie::Variance(0.0), "stated noise variance 0e0 at step 0"),
         (Lie::Ratio(1e6), "beyond what its clipped statistic"),
         (Lie::Ratio(f64::NAN), "answered NaN in entry 0 at step 0"),
@@ -157,7 +178,10 @@ async fn an_answer_no_honest_party_gives_stops_the_job_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let (result, open) = job_with(lie, dir.path()).await;
         let e = result.unwrap_err();
-        assert!(e.contains("party liar: ") && e.contains(says), "{lie:?}: {e}");
+        assert!(
+            e.contains("party liar: ") && e.contains(says),
+            "{lie:?}: {e}"
+        );
         assert_eq!(open, 0, "{lie:?}: the honest party's run is closed");
     }
 }

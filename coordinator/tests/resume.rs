@@ -346,7 +346,10 @@ fn the_summaries_route_killed_mid_release_resumes_to_the_straight_runs_draws() {
     drop(killed);
     // While the first coordinator's checkpoint lives, a second cannot take the job over.
     let e = Checkpoint::resume::<()>(dir.path(), "test").err().unwrap();
-    assert!(format!("{e}").contains("a coordinator that is still running"), "{e}");
+    assert!(
+        format!("{e}").contains("a coordinator that is still running"),
+        "{e}"
+    );
     drop(checkpoint);
 
     let checkpoint = Checkpoint::resume::<()>(dir.path(), "test").unwrap().0;

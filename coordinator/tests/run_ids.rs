@@ -176,7 +176,11 @@ async fn path_like_run_ids_are_refused_by_name_and_nothing_is_written_outside_th
         let absolute = root.path().join("victim").display().to_string();
         let bad = if bad == "/" { &absolute } else { bad };
         let (fed, honest_closed, _) = federation(&checkpoint, &[HONEST], &[bad]);
-        let e = fed.open(&[PLAN, PLAN], &model()).await.unwrap_err().to_string();
+        let e = fed
+            .open(&[PLAN, PLAN], &model())
+            .await
+            .unwrap_err()
+            .to_string();
         let shown = format!("{bad:?}");
         let shown = &shown[..shown.len().min(60)];
         assert!(
@@ -233,7 +237,11 @@ async fn a_run_id_a_party_repeats_is_refused_and_two_parties_ids_are_kept_apart(
     // The same party answering a run id of this job again, in any case, is refused.
     for _ in 0..2 {
         honest_closed.lock().unwrap().clear();
-        let e = fed.open(&[PLAN, PLAN], &model()).await.unwrap_err().to_string();
+        let e = fed
+            .open(&[PLAN, PLAN], &model())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("party hostile: ")
                 && e.contains(

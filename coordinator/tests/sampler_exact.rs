@@ -138,7 +138,7 @@ async fn sample_from(
     let plans = variant
         .plans(&infos, CHAINS, iterations, clip, noise)
         .unwrap();
-    federation.open(&plans, &model).await.unwrap();
+    federation.open(&plans, model).await.unwrap();
     let config = SamplerConfig {
         variant,
         chains: CHAINS,

@@ -13,9 +13,9 @@ use std::time::Duration;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::ledger::{HmcTerms, RunTerms};
-use fedmcmc_party::variants::BARKER;
 use fedmcmc_party::release::expected;
 use fedmcmc_party::statistics::minibatch::barker_noise_multiplier;
+use fedmcmc_party::variants::BARKER;
 
 use super::{Contribution, Grant, NoiseChoice, PartyInfo, Query, RunPlan};
 
@@ -35,6 +35,11 @@ pub struct Audit {
     terms: RunTerms,
     rows: usize,
     neighbours: Neighbours,
+}
+
+/// `x ≤ cap`, false for NaN: no NaN answer passes.
+fn within(x: f64, cap: f64) -> bool {
+    x <= cap
 }
 
 fn close(stated: f64, computed: f64) -> bool {
@@ -143,7 +148,7 @@ impl Audit {
             .value
             .iter()
             .enumerate()
-            .find(|(_, v)| !(v.abs() <= reach))
+            .find(|(_, v)| !within(v.abs(), reach))
         {
             return Err(format!(
                 "answered {v:e} in entry {i} at step {step}, beyond what its clipped statistic (at most {:e}) and its noise ({NOISE_SDS} sds) can reach",

@@ -242,10 +242,9 @@ impl<P: PartyHandle> Federation<P> {
         .await;
         let checked = match results.iter().position(|r| r.is_err()) {
             Some(i) => Err((i, results[i].as_ref().unwrap_err().clone())),
-            None => self.new_run_ids(&results).map_or_else(
-                || Self::audits(plans, &infos, &results),
-                Err,
-            ),
+            None => self
+                .new_run_ids(&results)
+                .map_or_else(|| Self::audits(plans, &infos, &results), Err),
         };
         let audits = match checked {
             Ok(audits) => audits,

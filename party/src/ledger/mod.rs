@@ -244,6 +244,9 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A closed run's terms and its charged releases as (noise multiplier, count).
+pub type RunReleases = (RunTerms, Vec<(f64, u64)>);
+
 /// Takes the exclusive lock on the ledger file (creating it empty, which SQLite accepts as a
 /// new database). `flock` locks the file, not its name: another path, a symlink or a hard
 /// link to it meets the same lock.
@@ -359,10 +362,7 @@ impl Ledger {
 
     /// A closed run's terms and its charged releases counted per noise multiplier (in
     /// ascending order); `None` if the ledger records no closed run `run_id`.
-    pub fn released(
-        &self,
-        run_id: &str,
-    ) -> Result<Option<(RunTerms, Vec<(f64, u64)>)>, LedgerError> {
+    pub fn released(&self, run_id: &str) -> Result<Option<RunReleases>, LedgerError> {
         self.read(|conn| read::released(conn, run_id))
     }
 

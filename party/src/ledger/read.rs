@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
     Closed, ClosedBy, ClosedCharge, ClosedRuns, PUBLIC_MECHANISM, ReleaseRecord, RunRecord,
-    RunTerms, blob_to_f64s,
+    RunReleases, RunTerms, blob_to_f64s,
 };
 
 fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
@@ -125,10 +125,7 @@ pub(super) fn answer(conn: &Connection, run_id: &str) -> rusqlite::Result<Option
 }
 
 /// A closed run's terms and its charged (not public) releases per noise multiplier, ascending.
-pub(super) fn released(
-    conn: &Connection,
-    run_id: &str,
-) -> rusqlite::Result<Option<(RunTerms, Vec<(f64, u64)>)>> {
+pub(super) fn released(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunReleases>> {
     let Some(terms) = conn
         .query_row(
             "SELECT terms FROM runs WHERE run_id = ?1 AND closed = 1",
