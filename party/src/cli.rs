@@ -105,6 +105,8 @@ async fn serve(path: &std::path::Path, model: ModelSource) -> anyhow::Result<()>
             "INSECURE: serving plaintext gRPC without TLS (`insecure = true` in the config): anyone on the network path can read the answers and the bearer token"
         );
     }
+    // Its signals are handled from before it says it listens.
+    let shutdown = shutdown_signal()?;
     // Operators and tests read the bound address from this line on stdout.
     println!("listening on {}", listener.local_addr()?);
     crate::service::serve(
@@ -112,29 +114,42 @@ async fn serve(path: &std::path::Path, model: ModelSource) -> anyhow::Result<()>
         &opened.token,
         config.tls.as_ref(),
         listener,
-        shutdown_signal(),
+        shutdown,
     )
     .await?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// The first SIGINT/SIGTERM starts a graceful shutdown: no new connections, calls in flight
-/// finish (every answer already given is in the ledger). Open step streams end when their
+/// The first SIGINT, SIGTERM or SIGHUP (the terminal it was started from closed) starts a
+/// graceful shutdown, logged with the signal: no new connections, calls in flight finish
+/// (every answer already given is in the ledger). Open step streams end when their
 /// coordinator closes its run, so a second signal exits at once.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
+/// The handlers are installed when this is called, not when the future is first polled.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handler = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| anyhow::anyhow!("cannot handle {name}: {e}"))
+    };
+    let mut interrupt = handler(SignalKind::interrupt(), "SIGINT")?;
+    let mut term = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut hangup = handler(SignalKind::hangup(), "SIGHUP")?;
     let mut signal = async move || {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = term.recv() => {},
+            _ = interrupt.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hangup.recv() => "SIGHUP",
         }
     };
-    signal().await;
-    tracing::info!("shutting down; a second signal stops at once");
-    tokio::spawn(async move {
-        signal().await;
-        std::process::exit(130);
-    });
+    Ok(async move {
+        let first = signal().await;
+        tracing::info!(
+            signal = first,
+            "shutting down; a second signal stops at once"
+        );
+        tokio::spawn(async move {
+            signal().await;
+            std::process::exit(130);
+        });
+    })
 }

@@ -140,3 +140,45 @@ fn status_reads_the_ledger_of_a_serving_party() {
         "Describe says {described}: {stdout}"
     );
 }
+
+/// A party whose terminal closes (SIGHUP) shuts down as on SIGTERM, saying so in its log,
+/// instead of dying without a line.
+#[test]
+fn a_hangup_shuts_a_party_down_gracefully_with_a_log_line() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    party_dir(dir.path(), "ledger.sqlite");
+    std::fs::set_permissions(
+        dir.path().join("token"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let mut party = Command::new(bin("party"))
+        .args(["serve", "--config"])
+        .arg(dir.path().join("party.toml"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(party.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    assert_eq!(unsafe { libc::kill(party.id() as i32, libc::SIGHUP) }, 0);
+    let status = party.wait().unwrap();
+    let mut stderr = String::new();
+    party
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("shutting down") && stderr.contains("SIGHUP"),
+        "{stderr}"
+    );
+}
