@@ -3,6 +3,8 @@
 //! product's minute) with one sentence naming the call, and a job whose party freezes mid-run
 //! ends with that sentence naming the party, its other parties' runs closed and the draws so
 //! far written.
+mod support;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +14,6 @@ use std::time::{Duration, Instant};
 use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::federation::grpc::{Deadlines, GrpcParty};
-use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{
     CallError, CallErrorKind, Federation, NoiseChoice, PartyHandle, Query, RunPlan,
 };
@@ -21,10 +22,7 @@ use fedmcmc_coordinator::job::{self, Inits, JobSettings, Start};
 use fedmcmc_coordinator::sampler::{ChainTrace, Progress};
 use fedmcmc_coordinator::variant::Variant;
 use fedmcmc_party::PartyNode;
-use fedmcmc_party::config::BudgetConfig;
 use fedmcmc_party::variants::FULL_PENALTY;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -198,13 +196,7 @@ const WARMUP: u64 = 5;
 async fn a_party_frozen_mid_run_ends_the_job_within_the_bound_naming_it() {
     let spec = ModelSpec::flat_banana(2);
     let model = spec.build().unwrap();
-    let data = model.simulate(&spec.true_theta(), 600, &mut ChaCha8Rng::seed_from_u64(1));
-    let budget = BudgetConfig {
-        epsilon: 1000.0,
-        delta: 1e-5,
-        accountant: Default::default(),
-    };
-    let parties = nodes(&spec, data.split(3), budget, None).unwrap();
+    let parties = support::parties(&spec, 3);
     let (freeze, frozen) = watch::channel(false);
     let mut handles = Vec::new();
     for (i, (name, node)) in parties.iter().enumerate() {

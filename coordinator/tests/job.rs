@@ -2,12 +2,13 @@
 //! release path, ledger and accountant as a served party): whatever the coordinator can
 //! refuse on its own it refuses before OpenRun, and a stopped job closes its run on every
 //! party and still writes what it sampled.
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fedmcmc_common::models::{Model, ModelSpec};
-use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{
     CallError, CallErrorKind, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo,
     Query, RunPlan,
@@ -18,9 +19,6 @@ use fedmcmc_coordinator::job::{self, Inits, JobResult, JobSettings, Start};
 use fedmcmc_coordinator::output;
 use fedmcmc_coordinator::sampler::{ChainTrace, Progress, Quiet};
 use fedmcmc_party::PartyNode;
-use fedmcmc_party::config::BudgetConfig;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 
 /// An in-process party that counts the OpenRun calls reaching it and, with `fail_first`,
 /// fails chain 1's first step as an unreachable party would.
@@ -79,13 +77,7 @@ fn setup() -> Setup {
 fn setup_failing(fail_first: bool) -> Setup {
     let spec = ModelSpec::flat_banana(2);
     let model = spec.build().unwrap();
-    let data = model.simulate(&spec.true_theta(), 600, &mut ChaCha8Rng::seed_from_u64(1));
-    let budget = BudgetConfig {
-        epsilon: 1000.0,
-        delta: 1e-5,
-        accountant: Default::default(),
-    };
-    let parties = nodes(&spec, data.split(2), budget, None).unwrap();
+    let parties = support::parties(&spec, 2);
     let opens = Arc::new(AtomicUsize::new(0));
     let handles = parties
         .iter()

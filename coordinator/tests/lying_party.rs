@@ -3,12 +3,13 @@
 //! against the noise and bound an honest party's would have (`federation/audit.rs`). The
 //! liar here is an honest in-process node whose grant or answers are tampered with on the
 //! way out, as a tampering proxy would.
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_common::proposal::ProposalKind;
-use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::{
     CallError, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo, Query, RunPlan,
 };
@@ -17,9 +18,6 @@ use fedmcmc_coordinator::job::{self, Inits, JobSettings, Start};
 use fedmcmc_coordinator::sampler::Quiet;
 use fedmcmc_coordinator::variant::Variant;
 use fedmcmc_party::PartyNode;
-use fedmcmc_party::config::BudgetConfig;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 
 #[derive(Clone, Copy, Debug)]
 enum Lie {
@@ -78,13 +76,7 @@ impl PartyHandle for Liar {
 async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
     let spec = ModelSpec::flat_banana(2);
     let model: Arc<dyn Model> = spec.build().unwrap();
-    let data = model.simulate(&spec.true_theta(), 600, &mut ChaCha8Rng::seed_from_u64(1));
-    let budget = BudgetConfig {
-        epsilon: 1000.0,
-        delta: 1e-5,
-        accountant: Default::default(),
-    };
-    let mut parties = nodes(&spec, data.split(2), budget, None).unwrap();
+    let mut parties = support::parties(&spec, 2);
     let (_, liar) = parties.pop().unwrap();
     let (honest_name, honest) = parties.pop().unwrap();
     let federation = Federation::new(vec![

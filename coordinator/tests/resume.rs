@@ -3,6 +3,8 @@
 //! draws of the same job run straight through, and every party charged each step once.
 //! The parties' noise is seeded per (chain, step), so the two runs can be compared bit for
 //! bit; the private initialiser runs first, so its retracing is tested too.
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +14,6 @@ use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_common::noise_aware::rounds::DEFAULT_RELEASES;
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::checkpoint::Checkpoint;
-use fedmcmc_coordinator::federation::local::nodes;
 use fedmcmc_coordinator::federation::recorded::Recorded;
 use fedmcmc_coordinator::federation::{
     CallError, Closed, Contribution, Federation, Grant, PartyHandle, PartyInfo, Query, RunPlan,
@@ -23,7 +24,6 @@ use fedmcmc_coordinator::job::{self, JobResult, JobSettings, Start};
 use fedmcmc_coordinator::sampler::Quiet;
 use fedmcmc_coordinator::variant::Variant;
 use fedmcmc_party::PartyNode;
-use fedmcmc_party::config::BudgetConfig;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -33,18 +33,7 @@ const ABORTS: usize = 20;
 
 /// Two parties of 300 flat-banana rows each with seeded noise.
 fn parties(model: &ModelSpec) -> Vec<(String, Arc<PartyNode>)> {
-    let data = model.build().unwrap().simulate(
-        &model.true_theta(),
-        600,
-        &mut ChaCha8Rng::seed_from_u64(1),
-    );
-    let budget = BudgetConfig {
-        epsilon: 1000.0,
-        delta: 1e-5,
-        accountant: Default::default(),
-    };
-    nodes(model, data.split(2), budget, None)
-        .unwrap()
+    support::parties(model, 2)
         .into_iter()
         .zip(0..)
         .map(|((name, node), i)| {
