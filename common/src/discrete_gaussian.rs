@@ -325,6 +325,10 @@ fn variance_dual(sigma_sq: f64) -> f64 {
 fn bernoulli_exp_square_ratio<R: Rng + ?Sized>(u: u128, b: u128, rng: &mut R) -> bool {
     if u <= u128::from(u64::MAX) {
         let uu = u * u;
+        // Most candidates have γ < 1: no division then.
+        if uu < b {
+            return bernoulli_exp_fraction(uu, b, rng);
+        }
         bernoulli_exp_parts(0, uu / b, uu % b, b, rng)
     } else {
         let (hi, lo) = mul_wide(u, u);
