@@ -46,23 +46,26 @@
 //! release be q(x) + Y, Y_j ~ N_Z(0, σ_j²) independent, with Σ_j (q_j(x) − q_j(x'))²/σ_j² ≤ ε²
 //! for every neighbouring pair (so ε = Δ/σ for an L2 sensitivity Δ and a common σ).
 //!
-//! What CKS 2020 prove:
+//! What CKS 2020 prove (statements as we read them; theorem numbers are left out until they
+//! are checked against arXiv:2004.00010):
 //! * One dimension: the Rényi divergence between N_Z(μ, σ²) and N_Z(ν, σ²) is at most
 //!   α(μ − ν)²/(2σ²) for every order α ≥ 1, with equality when μ − ν is an integer, the same
 //!   curve as the continuous Gaussian's; so the release is ½(Δ/σ)²-concentrated DP (zCDP).
-//! * d dimensions with independent coordinates (their multivariate theorem, Thm 14 in the
-//!   arXiv version): ½ε²-zCDP with the ε above — the same ρ as the continuous Gaussian
-//!   mechanism, with **no** extra term.
-//! * Approximate DP in one dimension: a tight (ε, δ) expression in terms of the discrete
-//!   Gaussian's own tails, δ = P[Y > εσ²/Δ − Δ/2] − e^ε·P[Y > εσ²/Δ + Δ/2], Y ~ N_Z(0, σ²),
-//!   and an upper bound by continuous tails with a (1 − 1/(1 + √(2πσ²))) factor. That
-//!   discrete δ is close to the continuous Gaussian's (their plots), but the paper does
-//!   **not** prove it is never larger. In d dimensions the privacy loss is not exactly
-//!   Gaussian, and their (ε, δ) statement for the multivariate case carries an additive term
-//!   that decays like Σ_j exp(−2π²σ_j²) (Thm 15; ≈ 2.7·10⁻⁹ per coordinate at σ_j = 1).
+//! * d dimensions with independent coordinates (their multivariate theorem): ½ε²-zCDP with
+//!   the ε above — the same ρ as the continuous Gaussian mechanism, with **no** extra term.
+//! * Approximate DP in one dimension, for an integer Δ: the tight
+//!   δ = P[Y > εσ²/Δ − Δ/2] − e^ε·P[Y > εσ²/Δ + Δ/2], Y ~ N_Z(0, σ²) (the discrete
+//!   Gaussian's own tails), and an upper bound through continuous-Gaussian tails with floors
+//!   and a factor 1 − 1/(1 + √(2πσ²)). Their plots show this δ close to the continuous
+//!   Gaussian's; we found no theorem that it is never larger. In d dimensions the privacy
+//!   loss is not exactly Gaussian, and their multivariate (ε, δ) statement carries a further
+//!   term, exponentially small in the σ_j²; it is not needed while the accountant stays on
+//!   zCDP/RDP.
 //!
 //! Consequences for the accountant (left unchanged here): an RDP or zCDP accountant that uses
-//! the Gaussian curve αΔ²/(2σ²) stays valid as it is, coordinate-wise or in L2. A PLD or
+//! the Gaussian curve αΔ²/(2σ²) stays valid as it is, coordinate-wise or in L2; that is the
+//! unsubsampled curve: a subsampled-Gaussian RDP formula derived for the continuous Gaussian
+//! (Mironov, Talwar & Zhang 2019) does not transfer by this argument. A PLD or
 //! (ε, δ) accountant built on the continuous Gaussian's privacy-loss distribution is **not**
 //! covered by a theorem for the discrete noise; it needs the discrete Gaussian's own PLD (a
 //! sum over the integers) or the zCDP bound. Under secure aggregation the sum of several
