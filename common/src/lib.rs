@@ -6,6 +6,7 @@ pub mod barker;
 pub mod clip;
 pub mod data;
 pub mod diagnostics;
+pub mod discrete_gaussian;
 pub mod mechanism;
 pub mod models;
 pub mod neighbours;
