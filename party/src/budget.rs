@@ -10,6 +10,7 @@
 //! composes plain Gaussian releases only (Räisä 2020, Thms 3.2 and 4.3), while the variants to come
 //! release subsampled mechanisms; for plain Gaussian releases `best` answers with the exact
 //! analytic curve, so the numbers are those of the μ arithmetic.
+use fedmcmc_common::mechanism::{MAX_RELEASES, accounting_budget};
 use fedmcmc_common::accountant::{
     Choice, Composition, CompositionError, MechanismKind, Method, Release, mu_per_release,
 };
@@ -24,6 +25,10 @@ pub struct Budget {
     pub delta: f64,
     /// Which accountant answers: one method, or the tightest that covers the releases.
     pub accountant: Choice,
+    /// (ε, δ) as the accountants are asked: the party's, less the reservation for exact
+    /// discrete noise (`fedmcmc_common::mechanism::exact_noise_reservation`).
+    accounting_epsilon: f64,
+    accounting_delta: f64,
     /// The largest total μ of plain Gaussian releases the accountant admits (see
     /// [`Budget::mu_remaining`]).
     max_mu: f64,
@@ -59,6 +64,8 @@ impl Budget {
         // (the PLD up to its discretisation), so its budget is the μ of the least noise one
         // release may have (for `best` the exact analytic curve's). The neighbour relation
         // does not matter here: a multiplier is taken under the relation in force.
+        let (accounting_epsilon, accounting_delta) =
+            accounting_budget(config.epsilon, config.delta);
         let nothing = Composition::new(Vec::new(), Neighbours::Substitute)?;
         let s = config
             .accountant
@@ -66,25 +73,31 @@ impl Budget {
                 &nothing,
                 MechanismKind::Gaussian,
                 1,
-                config.epsilon,
-                config.delta,
+                accounting_epsilon,
+                accounting_delta,
             )?
             .estimate
             .value;
         Ok(Budget {
             epsilon: config.epsilon,
             delta: config.delta,
+            accounting_epsilon,
+            accounting_delta,
             accountant: config.accountant,
             max_mu: mu_per_release(s),
         })
     }
 
-    /// ε at this budget's δ for a composition (0 for nothing). Should the accountant fail
-    /// (it covers every release the party makes), +∞: nothing is vouched for.
+    /// ε at this budget's δ for a composition (0 for nothing), the reservation for exact
+    /// discrete noise included. Should the accountant fail (it
+    /// covers every release the party makes), +∞: nothing is vouched for.
     pub fn epsilon_of(&self, composition: &Composition) -> f64 {
+        if composition.releases().iter().all(|r| r.count == 0.0) {
+            return 0.0;
+        }
         self.accountant
-            .epsilon(composition, self.delta)
-            .map(|a| a.estimate.value)
+            .epsilon(composition, self.accounting_delta)
+            .map(|a| a.estimate.value + (self.epsilon - self.accounting_epsilon))
             .unwrap_or_else(|e| {
                 tracing::error!(accountant = %self.accountant, error = %e, "cannot account ε");
                 f64::INFINITY
@@ -110,7 +123,13 @@ impl Budget {
     ) -> Result<u64, PartyError> {
         match self
             .accountant
-            .max_releases(committed, mechanism, s, self.epsilon, self.delta)
+            .max_releases(
+                committed,
+                mechanism,
+                s,
+                self.accounting_epsilon,
+                self.accounting_delta,
+            )
         {
             Ok(a) => Ok(a.estimate.value.releases),
             Err(CompositionError::PrefixExceedsBudget) => Ok(0),
@@ -136,12 +155,14 @@ impl Budget {
         rows: u64,
         noise: NoiseRequest,
     ) -> Result<Admission, PartyError> {
-        let (epsilon, delta) = (self.epsilon, self.delta);
+        let (epsilon, delta) = (self.accounting_epsilon, self.accounting_delta);
         let sqrt_n = (rows as f64).sqrt();
         let what_is_left = || {
             format!(
-                "ε = {:.4} of the party's ε = {epsilon} (δ = {delta:e}) is already spent or reserved",
-                self.epsilon_of(committed)
+                "ε = {:.4} of the party's ε = {} (δ = {:e}) is already spent or reserved",
+                self.epsilon_of(committed),
+                self.epsilon,
+                self.delta
             )
         };
         let nothing_fits = || {
@@ -198,6 +219,13 @@ impl Budget {
                 (s / sqrt_n, s, answer.estimate.method)
             }
         };
+        // After the budget's answer, which says more when both refuse.
+        let made: f64 = committed.releases().iter().map(|r| r.count).sum();
+        if made + releases as f64 > MAX_RELEASES as f64 {
+            return Err(PartyError::BudgetExhausted(format!(
+                "this party may make at most {MAX_RELEASES} releases in its lifetime (its exact noise's privacy bound holds up to there); {made} are made or reserved and the plan asks for {releases}"
+            )));
+        }
         let total = committed.then(plan(s)).map_err(cannot_account)?;
         Ok(Admission {
             tau,
@@ -226,6 +254,12 @@ mod tests {
     const EPSILON: f64 = 1.0;
     const DELTA: f64 = 1e-6;
 
+    /// μ's boundary as the accountant is asked: at (ε, δ) less the exact-noise reservation.
+    fn max_mu_reserved() -> f64 {
+        let (epsilon, delta) = accounting_budget(EPSILON, DELTA);
+        max_mu(epsilon, delta).unwrap()
+    }
+
     fn budget(accountant: &str) -> Budget {
         Budget::new(BudgetConfig {
             epsilon: EPSILON,
@@ -252,7 +286,7 @@ mod tests {
     fn share(count: f64, share: f64) -> (f64, f64) {
         (
             count,
-            (count / (2.0 * share * max_mu(EPSILON, DELTA).unwrap())).sqrt(),
+            (count / (2.0 * share * max_mu_reserved())).sqrt(),
         )
     }
 
@@ -279,7 +313,7 @@ mod tests {
                 .map(|r| r.count * mu_per_release(r.noise_multiplier))
                 .sum();
             MuArithmetic {
-                left: max_mu(EPSILON, DELTA).unwrap() - committed_mu,
+                left: max_mu_reserved() - committed_mu,
             }
         }
 
@@ -415,7 +449,7 @@ mod tests {
         let b = budget("best");
         let committed = runs(&[share(300.0, 0.25), share(10.0, 0.5)]);
         let left = b.mu_remaining(&committed);
-        let expected = 0.25 * max_mu(EPSILON, DELTA).unwrap();
+        let expected = 0.25 * max_mu_reserved();
         assert!(
             (left / expected - 1.0).abs() < 1e-12,
             "{left} vs {expected}"

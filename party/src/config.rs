@@ -363,6 +363,12 @@ impl PartyConfig {
         if !(delta > 0.0 && delta < 1.0) {
             return Err(format!("budget.delta must lie in (0, 1), got {delta}"));
         }
+        let reservation = fedmcmc_common::mechanism::exact_noise_reservation(epsilon, delta);
+        if epsilon <= 10.0 * reservation {
+            return Err(format!(
+                "budget.epsilon = {epsilon} is too small: releasing exact discrete noise reserves {reservation:.1e} of it"
+            ));
+        }
         let RunLimits {
             lease_seconds,
             max_open_runs,

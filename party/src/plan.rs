@@ -274,7 +274,7 @@ impl PartyNode {
         let n = self.data.n();
         let bound = barker_bound(n, batch, share);
         let multiplier = tau * (n as f64).sqrt();
-        if bound.row > 0.0 && Calibration::check(bound, multiplier).is_ok() {
+        if bound.row > 0.0 && Calibration::check(bound, multiplier, 1).is_ok() {
             return Ok(());
         }
         Err(PartyError::InvalidArgument(format!(

@@ -51,7 +51,7 @@
 //! and the ledger still holds exactly the composition of the charged releases.
 use std::sync::atomic::Ordering;
 
-use fedmcmc_common::mechanism::GaussianMechanism;
+use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
@@ -102,20 +102,36 @@ pub struct Bound {
     pub sensitivity: f64,
     /// A bound on the magnitude of each entry of the statistic (n·b for a sum over n rows).
     pub statistic: f64,
+    /// Whether `sensitivity` already covers rounding the statistic to its noise's grid (the
+    /// clip was shrunk for it, so the noise is exactly s·Δ: DP Barker, whose total variance
+    /// must be its share Cᵢ); otherwise the noise grows to cover it.
+    pub rounding_covered: bool,
 }
 
-/// A [`Bound`] that passed the public caps, with the mechanism that will noise it.
+/// A [`Bound`] that passed the public caps, with the mechanism that will noise it on its
+/// public grid (for a bound of sensitivity 0, which needs no noise, the unrounded mechanism).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Calibration {
     pub bound: Bound,
-    pub mechanism: GaussianMechanism,
+    pub mechanism: GridGaussian,
 }
 
 impl Calibration {
     /// Refuses, from public numbers only, a query whose statistic or noise could overflow or
-    /// whose noise would underflow.
-    pub fn check(bound: Bound, noise_multiplier: f64) -> Result<Calibration, PartyError> {
+    /// whose noise would underflow, or whose `entries` exceed what one release may carry;
+    /// otherwise the mechanism on its public grid ([`GaussianMechanism::on_grid`]: the
+    /// sensitivity grows by the rounding, √entries·γ).
+    pub fn check(
+        bound: Bound,
+        noise_multiplier: f64,
+        entries: usize,
+    ) -> Result<Calibration, PartyError> {
         let refuse = |m: String| Err(PartyError::InvalidArgument(m));
+        if entries > MAX_ENTRIES {
+            return refuse(format!(
+                "a release of {entries} entries is more than the {MAX_ENTRIES} this party releases at once"
+            ));
+        }
         if !bound.row.is_finite() {
             return refuse(
                 "the per-row clip bound clip · ‖θ′ − θ‖ overflows: the proposal is too far from θ"
@@ -128,23 +144,43 @@ impl Calibration {
                 bound.statistic, bound.row
             ));
         }
-        let mechanism = GaussianMechanism {
+        let continuous = GaussianMechanism {
             sensitivity: bound.sensitivity,
             noise_multiplier,
         };
-        let variance = mechanism.variance();
+        let spread = noise_multiplier * (entries as f64).sqrt();
+        if bound.sensitivity > 0.0 && !(spread < 2f64.powi(29)) {
+            return refuse(format!(
+                "a noise multiplier of {noise_multiplier:e} over {entries} entries is beyond what this party releases on its grid (s·√entries below 2^29)"
+            ));
+        }
+        let mechanism = if bound.rounding_covered {
+            continuous.on_grid(0).map(|g| GridGaussian {
+                mechanism: continuous,
+                grid: g.grid,
+            })
+        } else {
+            continuous.on_grid(entries)
+        };
+        let variance = mechanism.map_or(0.0, |m| m.variance());
         if !at_most(variance, MAX_NOISE_VARIANCE) {
             return refuse(format!(
                 "the noise variance would be {variance:e}, beyond the {MAX_NOISE_VARIANCE:e} this party releases: the step is too long for this run's clip and noise"
             ));
         }
-        if bound.row > 0.0 && variance < f64::MIN_POSITIVE {
+        if bound.row > 0.0 && (mechanism.is_none() || variance < f64::MIN_POSITIVE) {
             return refuse(format!(
                 "the step is so short (per-row bound {:e}) that the noise would underflow: take a longer step",
                 bound.row
             ));
         }
-        Ok(Calibration { bound, mechanism })
+        Ok(Calibration {
+            bound,
+            mechanism: mechanism.unwrap_or(GridGaussian {
+                mechanism: continuous,
+                grid: 1.0,
+            }),
+        })
     }
 }
 
@@ -176,7 +212,7 @@ pub fn expected(
         neighbours,
         clip: terms.clip,
     };
-    Calibration::check(statistic.bound(&public), noise_multiplier)
+    Calibration::check(statistic.bound(&public), noise_multiplier, query.released_len())
 }
 
 /// `x ≤ cap`, false for NaN: a cap check that no NaN slips through.
@@ -234,7 +270,11 @@ impl PartyNode {
             neighbours: self.neighbours,
             clip: run.terms.clip,
         };
-        let calibration = Calibration::check(statistic.bound(&public), noise_multiplier)?;
+        let calibration = Calibration::check(
+            statistic.bound(&public),
+            noise_multiplier,
+            query.released_len(),
+        )?;
         // A ratio of θ to itself: 0 for every dataset, answered without the rows and not
         // charged (the module's "Public answers").
         let public_answer = query.is_public();
@@ -268,11 +308,10 @@ impl PartyNode {
         let variance = mechanism.variance();
         // The noise tops what the statistic carries up to σ² (all of σ² for the penalty
         // variants); a statistic's bound keeps its own part within σ²/2 (`statistics/`).
-        let top_up = GaussianMechanism {
-            sensitivity: 1.0,
-            noise_multiplier: (variance - exact.inherent_variance).max(0.0).sqrt(),
-        };
-        let value = top_up.release(&exact.value, &mut rng);
+        // Exact discrete noise on the public grid (`fedmcmc_common::mechanism`).
+        let top_up = (variance - exact.inherent_variance).max(0.0).sqrt();
+        let value = mechanism
+            .release(&exact.value, top_up, &mut rng);
         let record = ReleaseRecord {
             run_id: key.run_id.to_string(),
             chain: key.chain,
@@ -283,7 +322,7 @@ impl PartyNode {
                 GAUSSIAN
             }
             .to_string(),
-            noise_multiplier: mechanism.noise_multiplier,
+            noise_multiplier: mechanism.mechanism.noise_multiplier,
             inputs,
             value,
             noise_variance: variance,
@@ -414,7 +453,8 @@ mod tests {
     }
 
     /// Releases at fixed (θ, θ′) are T·Σ clip(r_x, b) over the untempered ratios r_x, with
-    /// b = clip·‖θ′ − θ‖, plus N(0, σ²) with the stated σ² = (s·2·T·b)²: the sample mean is
+    /// b = clip·‖θ′ − θ‖, rounded to the public grid γ of s·2·T·b, plus exact discrete noise
+    /// with the stated σ² = (s·(2·T·b + γ))², every value a multiple of γ: the sample mean is
     /// within 4 standard errors of that sum and the sample variance within 4 of its own
     /// standard errors (√(2/(N−1))·σ²) of σ². Seeded noise, fixed data; the clip binds for
     /// some rows but not all.
@@ -435,7 +475,10 @@ mod tests {
             clipped > 0 && clipped < node.data.n() as u64,
             "the clip should bind for some rows: {clipped}"
         );
-        let expected_var = (grant.noise_multiplier * 2.0 * model.temperature() * b).powi(2);
+        // Δ = 2·T·b, and the statistic is rounded to the grid of s·Δ, which adds √1·γ to Δ.
+        let (s, delta) = (grant.noise_multiplier, 2.0 * model.temperature() * b);
+        let grid = fedmcmc_common::mechanism::grid_step(s * delta).unwrap();
+        let expected_var = (s * (delta + grid)).powi(2);
         let mut values = Vec::with_capacity(N as usize);
         for step in 0..N {
             let key = StepKey {
@@ -449,6 +492,7 @@ mod tests {
             };
             let c = node.step(&key, query).await.unwrap();
             assert!((c.noise_variance - expected_var).abs() <= 1e-12 * expected_var);
+            assert_eq!((c.value[0] / grid).fract(), 0.0, "releases are on the public grid");
             values.push(c.value[0]);
         }
         let n = N as f64;

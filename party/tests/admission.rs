@@ -6,6 +6,7 @@ use std::time::Instant;
 use fedmcmc_common::accountant::{
     Choice, Composition, GaussianComposition, MechanismKind, Release, max_mu, mu_per_release,
 };
+use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::{Budget, NoiseRequest};
@@ -96,7 +97,11 @@ async fn a_party_charges_its_runs_as_the_mu_arithmetic_did() {
     let (node, fp) = party("best");
     let charged = three_prior_runs(&node, &fp).await;
     let committed_mu: f64 = charged.iter().map(|&(k, s)| k * mu_per_release(s)).sum();
-    let left = max_mu(EPSILON, DELTA).unwrap() - committed_mu;
+    // The accountant is asked at (ε, δ) less the exact-noise reservation r, which the
+    // party's ε committed then includes.
+    let (eps, delta) = accounting_budget(EPSILON, DELTA);
+    let r = EPSILON - eps;
+    let left = max_mu(eps, delta).unwrap() - committed_mu;
 
     let d = node.describe();
     assert!(
@@ -106,7 +111,8 @@ async fn a_party_charges_its_runs_as_the_mu_arithmetic_did() {
     );
     let epsilon = GaussianComposition::from_mu(committed_mu)
         .unwrap()
-        .epsilon(DELTA);
+        .epsilon(delta)
+        + r;
     assert!(
         (d.epsilon_committed / epsilon - 1.0).abs() < 1e-12,
         "{} vs {epsilon}",
@@ -132,7 +138,8 @@ async fn a_party_charges_its_runs_as_the_mu_arithmetic_did() {
     assert_eq!(grant.noise_multiplier, s);
     let all = GaussianComposition::from_mu(committed_mu + fit as f64 * mu_per_release(s))
         .unwrap()
-        .epsilon(DELTA);
+        .epsilon(delta)
+        + r;
     assert!((grant.epsilon_committed / all - 1.0).abs() < 1e-12);
 }
 

@@ -9,6 +9,7 @@ use contract::{
 };
 use fedmcmc_common::accountant::Choice;
 use fedmcmc_common::data::Columns;
+use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_common::models::{Model, ModelSpec};
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
@@ -204,6 +205,14 @@ fn theorem_4_3_delta(mu: f64, epsilon: f64) -> f64 {
 }
 
 /// The ε at which [`theorem_4_3_delta`] is `delta`, by bisection (δ(ε) decreases in ε).
+/// The ε a party with [`budget`] states for a composition of total μ: the accountant's at the
+/// δ it is asked about, plus the exact-noise reservation (`fedmcmc_common::mechanism`).
+fn charged_epsilon(mu: f64) -> f64 {
+    let b = budget();
+    let (epsilon, delta) = accounting_budget(b.epsilon, b.delta);
+    theorem_4_3_epsilon(mu, delta) + (b.epsilon - epsilon)
+}
+
 fn theorem_4_3_epsilon(mu: f64, delta: f64) -> f64 {
     let (mut lo, mut hi) = (0.0, 1.0);
     while theorem_4_3_delta(mu, hi) > delta {
@@ -260,7 +269,7 @@ async fn the_hmc_charge_is_theorem_4_3() {
         let closed = node.close_run(&grant.run_id).await.unwrap();
         let mu = k as f64 / (2.0 * tau_l * tau_l * n)
             + (k * (u64::from(l) + 1)) as f64 / (2.0 * tau_g * tau_g * n);
-        let want = theorem_4_3_epsilon(mu, delta);
+        let want = charged_epsilon(mu);
         println!(
             "k = {k}, L = {l}, τ_l = {tau_l}, τ_g = {tau_g}: ε = {:.9} charged, {:.9} granted, Thm 4.3 {want:.9}",
             closed.run_epsilon, grant.run_epsilon
@@ -281,7 +290,7 @@ async fn the_hmc_charge_is_theorem_4_3() {
     walk(&node, &grant.run_id, 3, 7).await;
     let closed = node.close_run(&grant.run_id).await.unwrap();
     let mu = 1.0 / (2.0 * 0.25 * n) + 6.0 / (2.0 * 0.64 * n);
-    let want = theorem_4_3_epsilon(mu, delta);
+    let want = charged_epsilon(mu);
     assert_eq!(closed.releases, 7);
     assert!(
         (closed.run_epsilon - want).abs() <= 1e-9 * want,
@@ -313,12 +322,13 @@ async fn the_initialiser_charge_is_its_gradient_releases() {
         }
     }
     let closed = node.close_run(&grant.run_id).await.unwrap();
-    let want = theorem_4_3_epsilon(12.0 / (2.0 * 0.49 * ROWS as f64), budget().delta);
+    let want = charged_epsilon(12.0 / (2.0 * 0.49 * ROWS as f64));
     assert!((closed.run_epsilon - want).abs() <= 1e-9 * want);
 }
 
 /// A gradient release is T·Σ clip_{b_g}(∇ℓ(x|θ)) plus N(0, σ²) per entry with the σ² it
-/// states: (2·T·b_g·τ_g√n)² under substitution, (T·b_g·τ_g√n)² under addition or removal.
+/// states: (τ_g√n·(2·T·b_g + √2·γ))² under substitution, (τ_g√n·(T·b_g + √2·γ))² under
+/// addition or removal, γ the public grid the two entries are rounded to.
 /// With τ_g small, the value is the clipped sum computed row by row here, a row whose
 /// gradient norm overflows contributing nothing.
 #[tokio::test]
@@ -348,7 +358,10 @@ async fn a_gradient_release_is_the_clipped_sum_with_its_stated_noise() {
             .await
             .unwrap();
         let clip = 1.0;
-        let sigma = factor * clip * tau_g * (ROWS as f64).sqrt();
+        // Rounded to the grid γ of s·Δ: the two entries add √2·γ to Δ.
+        let (s, delta) = (tau_g * (ROWS as f64).sqrt(), factor * clip);
+        let grid = fedmcmc_common::mechanism::grid_step(s * delta).unwrap();
+        let sigma = s * (delta + 2f64.sqrt() * grid);
         assert!((answer.noise_variance - sigma * sigma).abs() <= 1e-12 * sigma * sigma);
         let mut want = [0.0; 2];
         let (mut row, mut g) = ([0.0; 2], [0.0; 2]);
@@ -433,9 +446,8 @@ async fn an_hmc_run_survives_restarts_with_its_reservation_and_its_charge() {
     let closed = second.close_run(&grant.run_id).await.unwrap();
     // 1 ratio, 7 gradients.
     let n = ROWS as f64;
-    let want = theorem_4_3_epsilon(
+    let want = charged_epsilon(
         1.0 / (2.0 * 0.25 * n) + 7.0 / (2.0 * 0.64 * n),
-        budget().delta,
     );
     assert!((closed.run_epsilon - want).abs() <= 1e-9 * want);
     assert!((closed.epsilon_committed - want).abs() <= 1e-9 * want);
@@ -506,9 +518,8 @@ async fn an_hmc_ratio_of_theta_to_itself_is_a_step_without_a_charge() {
     let closed = second.close_run(&grant.run_id).await.unwrap();
     // 1 ratio (step 5), 5 gradients (steps 0, 1, 3, 4, 6); step 2 is free.
     let n = ROWS as f64;
-    let want = theorem_4_3_epsilon(
+    let want = charged_epsilon(
         1.0 / (2.0 * 0.25 * n) + 5.0 / (2.0 * 0.64 * n),
-        budget().delta,
     );
     println!(
         "7 steps, 6 charged: ε = {:.9}, Thm 4.3 {want:.9}",

@@ -129,11 +129,15 @@ async fn sufficient_statistics_refusals_are_public_decisions() {
         (multiplier - 0.5 * (ROWS as f64).sqrt()).abs() < 1e-12,
         "{multiplier}"
     );
-    // Every release states the noise the public bound gives: σ = τ·√n·2R, R the model's
-    // bound on a row's ‖T·s(x)‖, whatever the rows hold.
+    // Every release states the noise the public bound gives: σ = τ·√n·(2R + √d·γ), R the
+    // model's bound on a row's ‖T·s(x)‖, d the entries and γ the public grid they are
+    // rounded to, whatever the rows hold.
     let model = spec.build().unwrap();
-    let r = model.sufficient_statistics().unwrap().row_bound();
-    let sigma = 0.5 * (ROWS as f64).sqrt() * 2.0 * r;
+    let statistics = model.sufficient_statistics().unwrap();
+    let (r, d) = (statistics.row_bound(), statistics.entries() as f64);
+    let s = 0.5 * (ROWS as f64).sqrt();
+    let grid = fedmcmc_common::mechanism::grid_step(s * 2.0 * r).unwrap();
+    let sigma = s * (2.0 * r + d.sqrt() * grid);
     for i in [2, 3, 9, 10] {
         let Decision::Released { noise_variance, .. } = decisions[i] else {
             panic!("call {i}: {:?}", decisions[i])

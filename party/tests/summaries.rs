@@ -154,7 +154,8 @@ async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() 
             );
         }
         // Each release states the noise of the public bound at its centre and window:
-        // σ = τ·√n·2R(centre, window), whatever the rows hold.
+        // σ = τ·√n·(2R(centre, window) + √d·γ), d entries rounded to the public grid γ of
+        // τ·√n·2R, whatever the rows hold.
         let summaries = model.summaries().unwrap();
         let multiplier = 0.5 * (ROWS as f64).sqrt();
         for (i, centre, window) in [
@@ -165,7 +166,10 @@ async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() 
             let Decision::Released { noise_variance, .. } = decisions[i] else {
                 panic!("{family} call {i}: {:?}", decisions[i])
             };
-            let sigma = multiplier * 2.0 * summaries.row_bound(&centre, window);
+            let delta = 2.0 * summaries.row_bound(&centre, window);
+            let grid = fedmcmc_common::mechanism::grid_step(multiplier * delta).unwrap();
+            let d = summaries.entries() as f64;
+            let sigma = multiplier * (delta + d.sqrt() * grid);
             let got = f64::from_bits(noise_variance);
             assert!(
                 (got - sigma * sigma).abs() <= 1e-12 * got,

@@ -6,6 +6,7 @@ mod contract;
 use contract::{Call, QueryKind, barker_plan, decided_alike, minibatch_plan, plan, step_as, tau};
 use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Method, Release};
 use fedmcmc_common::models::ModelSpec;
+use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::{Budget, NoiseRequest};
@@ -217,21 +218,7 @@ async fn the_charge_is_the_accountants_answer_for_the_mechanism() {
         ),
     ] {
         let (s, epsilon) = charged(&node, &fingerprint, plan, steps).await;
-        let composition = Composition::new(
-            vec![Release {
-                mechanism,
-                noise_multiplier: s,
-                count: steps as f64,
-            }],
-            Neighbours::Substitute,
-        )
-        .unwrap();
-        let expected = config
-            .accountant
-            .epsilon(&composition, config.delta)
-            .unwrap()
-            .estimate
-            .value;
+        let expected = epsilon_of(mechanism, s, steps);
         println!(
             "{mechanism:?}, s = {s:.4}, {steps} releases: ε = {epsilon:.6} (accountant {expected:.6})"
         );
@@ -273,8 +260,11 @@ async fn add_remove_parties_refuse_the_minibatch_variants() {
 }
 
 /// The accountant's ε for `count` releases of `mechanism` at multiplier `s`, at the party's δ.
+/// The ε the party states for `count` releases: its accountant's at the (ε, δ) it asks
+/// about, plus the reservation for exact discrete noise (`fedmcmc_common::mechanism`).
 fn epsilon_of(mechanism: MechanismKind, s: f64, count: u64) -> f64 {
     let config = budget();
+    let (epsilon, delta) = accounting_budget(config.epsilon, config.delta);
     let composition = Composition::new(
         vec![Release {
             mechanism,
@@ -286,10 +276,11 @@ fn epsilon_of(mechanism: MechanismKind, s: f64, count: u64) -> f64 {
     .unwrap();
     config
         .accountant
-        .epsilon(&composition, config.delta)
+        .epsilon(&composition, delta)
         .unwrap()
         .estimate
         .value
+        + (config.epsilon - epsilon)
 }
 
 /// A DP Barker share so small that no step could be answered with it (its noise variance,

@@ -116,7 +116,7 @@ pub fn check_grant(plan: &RunPlan, info: &PartyInfo, grant: &Grant) -> Result<Au
 
 impl Audit {
     /// Checks one answer to `query` at `step`: the noise variance an honest party states
-    /// (σ² = (sΔ)², Δ from the public bound) and every entry within the statistic's bound
+    /// (σ² = (s·Δ′)², Δ′ the public bound's sensitivity grown by the rounding to its grid) and every entry within the statistic's bound
     /// plus [`NOISE_SDS`] of that noise.
     pub fn check_answer(
         &self,
@@ -130,10 +130,10 @@ impl Audit {
         let variance = calibration.mechanism.variance();
         if !close(answer.noise_variance, variance) {
             return Err(format!(
-                "stated noise variance {:e} at step {step}, where its run's noise multiplier {} and the step's sensitivity {:e} give {variance:e}",
+                "stated noise variance {:e} at step {step}, where its run's noise multiplier {} and the step's sensitivity {:e} (rounding to its grid included) give {variance:e}",
                 answer.noise_variance,
-                calibration.mechanism.noise_multiplier,
-                calibration.bound.sensitivity
+                calibration.mechanism.mechanism.noise_multiplier,
+                calibration.mechanism.mechanism.sensitivity
             ));
         }
         if answer.value.len() != query.released_len() {

@@ -15,6 +15,7 @@
 //!   variance up to the party's share Cᵢ of the total C (Heikkilä et al. 2019; Räisä 2020,
 //!   Alg. 3). Its clip is fixed by Thm 3.3 instead of chosen (below).
 use fedmcmc_common::data::Columns;
+use fedmcmc_common::mechanism::grid_step;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
@@ -82,6 +83,7 @@ impl Statistic for MinibatchRatio<'_> {
             row,
             sensitivity: lambda + half_variance,
             statistic: n * row + 0.5 * a * n * row * row,
+            rounding_covered: false,
         }
     }
 
@@ -109,14 +111,22 @@ pub fn barker_noise_multiplier(batch: u64) -> f64 {
 /// The [`Bound`] of every DP Barker release of a run with share Cᵢ and batch b over n rows
 /// (see [`BarkerRatio::bound`]): it depends on no θ, so OpenRun checks it once for all the
 /// run's steps.
+///
+/// The release rounds λ* to the public grid γ of its noise √Cᵢ (`fedmcmc_common::mechanism`),
+/// which moves it by up to γ/2: the clip is shrunk by γ/(2a) so that the rounded value's
+/// sensitivity 2at + γ is still √(2Cᵢ/b) and the noise stays exactly Cᵢ.
 pub fn barker_bound(rows: usize, batch: u64, share: f64) -> Bound {
     let (n, b) = (rows as f64, batch as f64);
     let a = n / b;
-    let row = (share / (2.0 * b)).sqrt() / a;
+    let sensitivity = (2.0 * share / b).sqrt();
+    // The grid the release path takes, from the same product s·Δ (`Calibration::check`).
+    let grid = grid_step(barker_noise_multiplier(batch) * sensitivity).unwrap_or(0.0);
+    let row = ((sensitivity - grid) / (2.0 * a)).max(0.0);
     Bound {
         row,
-        sensitivity: 2.0 * a * row,
+        sensitivity,
         statistic: n * row,
+        rounding_covered: true,
     }
 }
 

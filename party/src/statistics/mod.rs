@@ -319,6 +319,7 @@ fn clipped_sum_bound(public: &Public<'_>, row: f64) -> Bound {
         row,
         sensitivity: public.neighbours.clipped_sum_sensitivity(row),
         statistic: public.rows as f64 * row,
+        rounding_covered: false,
     }
 }
 
