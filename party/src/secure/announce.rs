@@ -37,7 +37,10 @@ impl Terms {
         if roster.len() < 2 {
             return Err(SecureError::RosterTooSmall(roster.len()));
         }
-        if let Some(bad) = roster.iter().find(|n| DnsName::try_from(n.as_str()).is_err()) {
+        if let Some(bad) = roster
+            .iter()
+            .find(|n| DnsName::try_from(n.as_str()).is_err())
+        {
             return Err(SecureError::BadName(bad.clone()));
         }
         if threshold as usize >= roster.len() {
@@ -77,8 +80,14 @@ const DOMAIN: &[u8] = b"fedmcmc secure aggregation v1\0";
 /// The schemes a node's TLS key may sign with, and the algorithm that verifies each. The
 /// key's type fixes which one applies, so trying each when verifying cannot confuse them.
 static SCHEMES: [(SignatureScheme, &dyn SignatureVerificationAlgorithm); 3] = [
-    (SignatureScheme::ECDSA_NISTP256_SHA256, webpki::ring::ECDSA_P256_SHA256),
-    (SignatureScheme::ECDSA_NISTP384_SHA384, webpki::ring::ECDSA_P384_SHA384),
+    (
+        SignatureScheme::ECDSA_NISTP256_SHA256,
+        webpki::ring::ECDSA_P256_SHA256,
+    ),
+    (
+        SignatureScheme::ECDSA_NISTP384_SHA384,
+        webpki::ring::ECDSA_P384_SHA384,
+    ),
     (SignatureScheme::ED25519, webpki::ring::ED25519),
 ];
 
@@ -138,12 +147,13 @@ impl Announcement {
             cert_chain,
             signature: Vec::new(),
         };
-        announcement.signature = signer
-            .sign(&announcement.signed_bytes())
-            .map_err(|e| SecureError::Signing {
-                party: party.to_owned(),
-                reason: e.to_string(),
-            })?;
+        announcement.signature =
+            signer
+                .sign(&announcement.signed_bytes())
+                .map_err(|e| SecureError::Signing {
+                    party: party.to_owned(),
+                    reason: e.to_string(),
+                })?;
         Ok(announcement)
     }
 
@@ -228,15 +238,15 @@ impl Announcement {
             None,
         )
         .map_err(|e| untrusted(format!("{e}")))?;
-        let name = ServerName::try_from(self.party.as_str())
-            .map_err(|_| SecureError::BadName(party()))?;
+        let name =
+            ServerName::try_from(self.party.as_str()).map_err(|_| SecureError::BadName(party()))?;
         cert.verify_is_valid_for_subject_name(&name)
             .map_err(|_| SecureError::NameMismatch { claimed: party() })?;
         let message = self.signed_bytes();
-        if SCHEMES
-            .iter()
-            .any(|(_, alg)| cert.verify_signature(*alg, &message, &self.signature).is_ok())
-        {
+        if SCHEMES.iter().any(|(_, alg)| {
+            cert.verify_signature(*alg, &message, &self.signature)
+                .is_ok()
+        }) {
             Ok(())
         } else {
             Err(SecureError::BadSignature(party()))

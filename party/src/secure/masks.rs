@@ -52,7 +52,11 @@ impl PairwiseMasks {
             return Err(SecureError::NotOwnKey(own_party.to_owned()));
         }
         let mut peers = Vec::with_capacity(roster.announcements().len() - 1);
-        for a in roster.announcements().iter().filter(|a| a.party != own_party) {
+        for a in roster
+            .announcements()
+            .iter()
+            .filter(|a| a.party != own_party)
+        {
             let shared = own.agree(&a.party, a.key)?;
             let (low, high, sign) = if own_party < a.party.as_str() {
                 (own_party, a.party.as_str(), Sign::Add)
@@ -94,7 +98,12 @@ impl PairwiseMasks {
     /// a retried step gets the same mask, hence the same masked answer, as it must.
     pub fn mask(&self, chain: u32, step: u64, entry_count: usize) -> Vec<u128> {
         let mut total = vec![0u128; entry_count];
-        let info = [b"mask\0".as_slice(), &chain.to_be_bytes(), &step.to_be_bytes()].concat();
+        let info = [
+            b"mask\0".as_slice(),
+            &chain.to_be_bytes(),
+            &step.to_be_bytes(),
+        ]
+        .concat();
         let mut bytes = vec![0u8; 16 * entry_count];
         for peer in &self.peers {
             let mut key = Zeroizing::new([0u8; 32]);
@@ -209,6 +218,10 @@ mod tests {
             }],
         };
         let (a, b) = (low.mask(2, 7, 5), high.mask(2, 7, 5));
-        assert!(a.iter().zip(&b).all(|(x, y)| x.wrapping_add(*y) == 0 && *x != 0));
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(x, y)| x.wrapping_add(*y) == 0 && *x != 0)
+        );
     }
 }

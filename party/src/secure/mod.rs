@@ -28,7 +28,7 @@ pub use ring::{apply, decode_sum, encode, sum_fits};
 
 /// Why an announcement, a roster or a contribution is refused. Each message is one sentence
 /// an operator can act on.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SecureError {
     #[error("the OS random source failed: {0}")]
     Random(String),
@@ -36,9 +36,7 @@ pub enum SecureError {
     RosterTooSmall(usize),
     #[error("{0:?} in the roster is not a DNS name (a party is named by its certificate)")]
     BadName(String),
-    #[error(
-        "a threshold of {threshold} colluding parties leaves no honest party among {parties}"
-    )]
+    #[error("a threshold of {threshold} colluding parties leaves no honest party among {parties}")]
     BadThreshold { threshold: u32, parties: usize },
     #[error("cannot read {what}: {reason}")]
     Pem { what: &'static str, reason: String },
@@ -58,7 +56,9 @@ pub enum SecureError {
     BadMultiplier { party: String, multiplier: String },
     #[error("party {0} announced an all-zero key")]
     ZeroKey(String),
-    #[error("the announcement of party {party} carries no certificate chaining to the CA: {reason}")]
+    #[error(
+        "the announcement of party {party} carries no certificate chaining to the CA: {reason}"
+    )]
     Untrusted { party: String, reason: String },
     #[error("the certificate in party {claimed}'s announcement is not issued to {claimed}")]
     NameMismatch { claimed: String },

@@ -64,8 +64,11 @@ mod tests {
         for v in [0, 1, -1, 12345, -(1 << 100), i128::MAX, i128::MIN] {
             assert_eq!(decode_sum(&[vec![encode(v)]]).unwrap(), vec![v]);
         }
-        let sums = decode_sum(&[vec![encode(i128::MAX), encode(-5)], vec![encode(-1), encode(-7)]])
-            .unwrap();
+        let sums = decode_sum(&[
+            vec![encode(i128::MAX), encode(-5)],
+            vec![encode(-1), encode(-7)],
+        ])
+        .unwrap();
         assert_eq!(sums, vec![i128::MAX - 1, -12]);
     }
 
