@@ -11,6 +11,7 @@
 //!   one path by which anything leaves; `statistics`: what each kind of query computes from
 //!   the rows.
 //! - `service`: the gRPC mapping and authentication.
+//! - `secure`: secure aggregation's cryptography (signed session keys, pairwise masks).
 //! - `cli`: the `party` command line, for the built-in models or a model written in Rust.
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ mod noise;
 mod plan;
 pub mod release;
 mod runs;
+pub mod secure;
 pub mod service;
 pub mod statistics;
 pub mod store;
