@@ -75,7 +75,10 @@ fn main() {
             for _ in 0..n / BATCH {
                 let out: Vec<f64> = values_f
                     .iter()
-                    .map(|v| v + std * StandardNormal.sample(&mut rng) as f64)
+                    .map(|v| {
+                        let z: f64 = StandardNormal.sample(&mut rng);
+                        v + std * z
+                    })
                     .collect();
                 black_box(out);
             }

@@ -28,12 +28,16 @@
 //! releases holds for the exact ones as (ε + 2Eε₀, δ·e^{Eε₀} + Eβ(1 + e^{ε + Eε₀})).
 //!
 //! With σ ≥ 2^30 grid steps, E = [`MAX_RELEASES`]·[`MAX_ENTRIES`] = 2^40 and
-//! K² = 2ε + 2 ln(1/δ) + 200 for the party's (ε, δ), the ε shift 2Eε₀ is
+//! K² = 2ε + 2 ln(1/δ) + 200 for the party's (ε, δ) (ε at most [`MAX_COVERED_EPSILON`]),
+//! the ε shift 2Eε₀ is
 //! [`exact_noise_reservation`] (1.8·10⁻⁵ at ε = 1, δ = 10⁻⁵; 1.8·10⁻⁴ at ε = 1 000) and the
 //! tail term is below 10⁻³⁰·δ. A party asks its accountant for ε less the reservation and δ
 //! shrunk to cover both ([`accounting_budget`]) (`party/src/budget.rs`), refuses a statistic of
 //! more than [`MAX_ENTRIES`] entries and a plan that would take it past [`MAX_RELEASES`]
 //! releases: every accountant (analytic, zCDP, RDP, PLD) stays valid for what it releases.
+//! Above ε = [`MAX_COVERED_EPSILON`] the reservation is taken at that ε and the tail term,
+//! which grows as e^{ε − 10⁴}, is not covered: such a budget is a non-private setting (the
+//! samplers' non-private limit), and a party says so when it starts.
 //!
 //! # Variance
 //!
@@ -53,14 +57,17 @@ pub const GRID_BITS: i32 = 30;
 pub const MAX_ENTRIES: usize = 1024;
 /// The most releases one party may make in its lifetime.
 pub const MAX_RELEASES: u64 = 1 << 30;
+/// The largest ε whose guarantee the reservation covers (module doc).
+pub const MAX_COVERED_EPSILON: f64 = 1e4;
+
 /// What a party with budget (ε, δ) reserves from ε, and (as a fraction) from δ, for
 /// releasing exact discrete noise instead of the continuous Gaussian its accountant bounds:
 /// 2·E·ε₀ = E·(K² + 1)/(12σ²)·1.001 with E = 2^40 entries, σ = 2^30 grid steps and
-/// K² = 2ε + 2 ln(1/δ) + 200 (module doc).
+/// K² = 2ε + 2 ln(1/δ) + 200, ε at most [`MAX_COVERED_EPSILON`] (module doc).
 pub fn exact_noise_reservation(epsilon: f64, delta: f64) -> f64 {
     let entries = MAX_RELEASES as f64 * MAX_ENTRIES as f64;
     let sigma_sq = 2f64.powi(2 * GRID_BITS);
-    let k_sq = 2.0 * epsilon + 2.0 * (1.0 / delta).ln() + 200.0;
+    let k_sq = 2.0 * epsilon.min(MAX_COVERED_EPSILON) + 2.0 * (1.0 / delta).ln() + 200.0;
     entries * (k_sq + 1.0) / (12.0 * sigma_sq) * 1.001
 }
 
@@ -70,7 +77,10 @@ pub fn exact_noise_reservation(epsilon: f64, delta: f64) -> f64 {
 /// rounding of these products.
 pub fn accounting_budget(epsilon: f64, delta: f64) -> (f64, f64) {
     let r = exact_noise_reservation(epsilon, delta);
-    (epsilon - r, delta * (-r / 2.0).exp() * (1.0 - 2f64.powi(-40)))
+    (
+        epsilon - r,
+        delta * (-r / 2.0).exp() * (1.0 - 2f64.powi(-40)),
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -141,9 +151,25 @@ impl GridGaussian {
 
     /// `value` rounded to the grid plus exact discrete Gaussian noise of standard deviation
     /// `std` (this mechanism's, or less: what tops a statistic's own variance up to it),
-    /// one independent draw per entry. A `std` below 2^−16 grid steps adds nothing (such
-    /// noise is 0 but with probability below e^{−2^31}).
+    /// one independent draw per entry, as multiples of the grid.
     pub fn release<R: Rng + ?Sized>(&self, value: &[f64], std: f64, rng: &mut R) -> Vec<f64> {
+        self.release_steps(value, std, rng)
+            .into_iter()
+            // k·γ is exact for |k| < 2^53 (γ a power of two), rounded beyond: either way a
+            // function of the integer alone.
+            .map(|k| k as f64 * self.grid)
+            .collect()
+    }
+
+    /// [`Self::release`] in grid steps: the integers secure aggregation masks and sums. A
+    /// `std` below 2^−16 grid steps adds nothing (such noise is 0 but with probability
+    /// below e^{−2^31}).
+    pub fn release_steps<R: Rng + ?Sized>(
+        &self,
+        value: &[f64],
+        std: f64,
+        rng: &mut R,
+    ) -> Vec<i128> {
         let g = self.grid;
         let noise = (std >= g * TINY).then(|| {
             DiscreteGaussian::from_sigma_and_step(std.min(self.mechanism.std()), g)
@@ -151,11 +177,8 @@ impl GridGaussian {
         });
         value
             .iter()
-            // v/γ and k·γ are exact: γ is a power of two.
-            .map(|v| {
-                let k = (v / g).round() as i128 + noise.map_or(0, |n| n.sample(rng));
-                k as f64 * g
-            })
+            // v/γ is exact: γ is a power of two.
+            .map(|v| (v / g).round() as i128 + noise.map_or(0, |n| n.sample(rng)))
             .collect()
     }
 }
@@ -229,5 +252,4 @@ mod tests {
         };
         assert!(wide.on_grid(3).is_some() && wide.on_grid(4).is_none());
     }
-
 }

@@ -100,6 +100,13 @@ async fn serve(path: &std::path::Path, model: ModelSource) -> anyhow::Result<()>
         epsilon = d.epsilon, delta = d.delta, epsilon_committed = d.epsilon_committed,
         "serving"
     );
+    if d.epsilon > fedmcmc_common::mechanism::MAX_COVERED_EPSILON {
+        tracing::warn!(
+            "NON-PRIVATE: budget.epsilon = {} is beyond the {:e} up to which this party's exact discrete noise is proven as private as the accountant says; treat its releases as unprotected",
+            d.epsilon,
+            fedmcmc_common::mechanism::MAX_COVERED_EPSILON
+        );
+    }
     if config.insecure {
         tracing::warn!(
             "INSECURE: serving plaintext gRPC without TLS (`insecure = true` in the config): anyone on the network path can read the answers and the bearer token"
