@@ -10,10 +10,10 @@
 //! composes plain Gaussian releases only (Räisä 2020, Thms 3.2 and 4.3), while the variants to come
 //! release subsampled mechanisms; for plain Gaussian releases `best` answers with the exact
 //! analytic curve, so the numbers are those of the μ arithmetic.
-use fedmcmc_common::mechanism::{MAX_RELEASES, accounting_budget};
 use fedmcmc_common::accountant::{
     Choice, Composition, CompositionError, MechanismKind, Method, Release, mu_per_release,
 };
+use fedmcmc_common::mechanism::{MAX_RELEASES, accounting_budget};
 use fedmcmc_common::neighbours::Neighbours;
 
 use crate::config::BudgetConfig;
@@ -121,16 +121,13 @@ impl Budget {
         mechanism: MechanismKind,
         s: f64,
     ) -> Result<u64, PartyError> {
-        match self
-            .accountant
-            .max_releases(
-                committed,
-                mechanism,
-                s,
-                self.accounting_epsilon,
-                self.accounting_delta,
-            )
-        {
+        match self.accountant.max_releases(
+            committed,
+            mechanism,
+            s,
+            self.accounting_epsilon,
+            self.accounting_delta,
+        ) {
             Ok(a) => Ok(a.estimate.value.releases),
             Err(CompositionError::PrefixExceedsBudget) => Ok(0),
             Err(e) => Err(self.cannot_account(e)),
@@ -284,10 +281,7 @@ mod tests {
 
     /// A run of `count` releases that takes `share` of the whole μ budget.
     fn share(count: f64, share: f64) -> (f64, f64) {
-        (
-            count,
-            (count / (2.0 * share * max_mu_reserved())).sqrt(),
-        )
+        (count, (count / (2.0 * share * max_mu_reserved())).sqrt())
     }
 
     fn admit(

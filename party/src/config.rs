@@ -54,6 +54,10 @@ pub struct RunLimits {
     pub max_open_runs: u32,
     /// Chains one run may hold.
     pub max_chains: u32,
+    /// Secure aggregation: the fewest parties colluding with the coordinator a run must
+    /// tolerate (its threshold t); a run that assumes fewer is refused. 0 trusts that no
+    /// other party colludes, which shares the noise among all of them.
+    pub min_threshold: u32,
 }
 
 impl Default for RunLimits {
@@ -62,6 +66,7 @@ impl Default for RunLimits {
             lease_seconds: 600,
             max_open_runs: 16,
             max_chains: 256,
+            min_threshold: 0,
         }
     }
 }
@@ -373,6 +378,7 @@ impl PartyConfig {
             lease_seconds,
             max_open_runs,
             max_chains,
+            ..
         } = self.limits;
         for (key, value) in [
             ("lease_seconds", lease_seconds),

@@ -11,12 +11,14 @@
 //!   one path by which anything leaves; `statistics`: what each kind of query computes from
 //!   the rows.
 //! - `service`: the gRPC mapping and authentication.
-//! - `secure`: secure aggregation's cryptography (signed session keys, pairwise masks).
+//! - `secure`: secure aggregation's cryptography (signed session keys, pairwise masks);
+//!   `aggregation`: a secure run's session on the node, and each release's share of noise.
 //! - `cli`: the `party` command line, for the built-in models or a model written in Rust.
 use std::sync::Arc;
 
 use fedmcmc_common::models::Model;
 
+pub mod aggregation;
 pub mod budget;
 pub mod cli;
 pub mod config;
@@ -93,7 +95,7 @@ pub fn open_with(config: &config::PartyConfig, model: Arc<dyn Model>) -> anyhow:
     let ledger = ledger::Ledger::open(&config.ledger)?;
     let budget = budget::Budget::new(config.budget)?;
     let data = store::load(&config.data, &model.columns())?;
-    let node = PartyNode::new(
+    let mut node = PartyNode::new(
         config.name.clone(),
         model,
         data,
@@ -102,6 +104,10 @@ pub fn open_with(config: &config::PartyConfig, model: Arc<dyn Model>) -> anyhow:
         ledger,
     )?
     .with_limits(config.limits);
+    // Its TLS identity signs its secure-aggregation keys; a plaintext party cannot join.
+    if let Some(tls) = &config.tls {
+        node = node.with_identity(aggregation::Identity::load(tls)?);
+    }
     Ok(Opened {
         node: Arc::new(node),
         token,

@@ -10,15 +10,19 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
+use crate::aggregation::{Aggregation, Identity};
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
 use crate::error::PartyError;
 pub use crate::ledger::Closed;
-use crate::ledger::{ClosedBy, ClosedCharge, ClosedRuns, Ledger, RunRecord, RunTerms};
+use crate::ledger::{
+    AggregationTerms, ClosedBy, ClosedCharge, ClosedRuns, Ledger, RunRecord, RunTerms,
+};
 use crate::noise::NoiseSource;
 use crate::plan::Checked;
 pub use crate::plan::{HmcPlan, Plan};
 use crate::runs::{RunState, Runs, closed_releases, recorded_release, reservation};
+use crate::secure::Announcement;
 pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
@@ -81,6 +85,10 @@ pub struct Grant {
     pub epsilon_committed: f64,
     /// The party closes the run after this long without a step.
     pub lease: Duration,
+    /// Secure aggregation: this party's signed session key, for the coordinator to relay.
+    /// Not recorded: a resumed run was joined already.
+    #[serde(skip)]
+    pub announcement: Option<Announcement>,
 }
 
 pub struct PartyNode {
@@ -100,6 +108,8 @@ pub struct PartyNode {
     admission: tokio::sync::Mutex<()>,
     /// Shared with the blocking task that computes them (see [`PartyNode::account`]).
     figures: Arc<Mutex<Figures>>,
+    /// The TLS identity that signs secure aggregation's session keys; none without TLS.
+    pub(crate) identity: Option<Arc<Identity>>,
 }
 
 impl PartyNode {
@@ -193,6 +203,7 @@ impl PartyNode {
                 epsilon_committed: f64::INFINITY,
                 mu_remaining: 0.0,
             })),
+            identity: None,
         };
         let (snapshot, committed) = node.snapshot();
         *node.figures.lock().expect("figures lock") = Figures::of(snapshot, &budget, &committed);
@@ -205,6 +216,12 @@ impl PartyNode {
     #[cfg(feature = "seeded-noise")]
     pub fn with_seeded_noise(mut self, seed: u64) -> Self {
         self.noise = NoiseSource::seeded(seed);
+        self
+    }
+
+    /// The same node with a TLS identity, which secure aggregation signs its keys with.
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.identity = Some(Arc::new(identity));
         self
     }
 
@@ -388,6 +405,11 @@ impl PartyNode {
             population,
             barker_variance: plan.barker_variance,
             hmc,
+            aggregation: plan.aggregation.as_ref().map(|t| AggregationTerms {
+                session: t.session.iter().map(|b| format!("{b:02x}")).collect(),
+                roster: t.roster.clone(),
+                threshold: t.threshold,
+            }),
         };
         // What the accountant admits: the plan's releases, or a DP HMC plan's iterations as
         // the one Gaussian release each is equivalent to (`reservation`).
@@ -416,9 +438,18 @@ impl PartyNode {
             NoiseRequest::Tau(tau) if hmc.is_some() => terms(tau, tau * sqrt_n),
             _ => terms(admitted.tau, admitted.noise_multiplier),
         };
+        // Signed before anything is recorded: a party that cannot sign holds no run.
+        let aggregation = plan
+            .aggregation
+            .map(|t| {
+                let unit = terms.noise_multiplier * self.neighbours.clipped_sum_sensitivity(1.0);
+                Aggregation::open(self.identity.as_deref(), &self.name, t, unit)
+            })
+            .transpose()?;
+        let announcement = aggregation.as_ref().map(|a| a.announcement.clone());
         self.ledger.open_run(&run_id, &terms).await?;
         let (terms_tau, terms_multiplier) = (terms.tau, terms.noise_multiplier);
-        let state = RunState::from_record(
+        let mut state = RunState::from_record(
             RunRecord {
                 run_id: run_id.clone(),
                 last: vec![None; terms.chains as usize],
@@ -428,6 +459,7 @@ impl PartyNode {
             },
             Instant::now(),
         )?;
+        state.aggregation = aggregation;
         self.runs
             .lock()
             .expect("runs lock")
@@ -447,6 +479,7 @@ impl PartyNode {
             run_epsilon: admitted.run_epsilon,
             epsilon_committed: admitted.epsilon_committed,
             lease: self.limits.lease(),
+            announcement,
         })
     }
 

@@ -4,11 +4,13 @@
 use fedmcmc_common::accountant::MechanismKind;
 use fedmcmc_common::neighbours::Neighbours;
 
+use crate::aggregation::SECURE_VARIANTS;
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::ledger::HmcTerms;
 use crate::node::PartyNode;
 use crate::release::Calibration;
+use crate::secure::Terms;
 use crate::statistics::minibatch::{barker_bound, barker_noise_multiplier};
 use crate::variants::{
     BARKER, FULL_PENALTY, HMC, MINIBATCH_PENALTY, NOISE_MULTIPLIERS, SUFFICIENT_STATISTICS,
@@ -30,6 +32,8 @@ pub struct Plan {
     pub barker_variance: Option<f64>,
     /// DP HMC: leapfrog steps and the gradient release's clip and τ.
     pub hmc: Option<HmcPlan>,
+    /// Secure aggregation's session, roster and threshold; `None` for plain releases.
+    pub aggregation: Option<Terms>,
 }
 
 /// A DP HMC run's leapfrog steps L, gradient clip b_g and gradient τ_g.
@@ -52,6 +56,7 @@ impl Plan {
             batch_size: None,
             barker_variance: None,
             hmc: None,
+            aggregation: None,
         }
     }
 }
@@ -105,6 +110,21 @@ impl PartyNode {
         }
         if plan.chains == 0 {
             return invalid("chains must be at least 1".into());
+        }
+        if let Some(terms) = &plan.aggregation {
+            if !SECURE_VARIANTS.contains(&variant) {
+                return Err(PartyError::Unimplemented(format!(
+                    "a {variant} run cannot share its noise under secure aggregation (its releases' sensitivity and noise depend on each party's own rows); this party aggregates {} securely",
+                    SECURE_VARIANTS.join(", ")
+                )));
+            }
+            let min = self.limits.min_threshold;
+            if terms.threshold < min {
+                return Err(PartyError::FailedPrecondition(format!(
+                    "secure aggregation: this party's policy needs a run to tolerate at least {min} parties colluding with the coordinator, the run assumes {}",
+                    terms.threshold
+                )));
+            }
         }
         let max_chains = self.limits.max_chains;
         if plan.chains > max_chains {

@@ -55,8 +55,9 @@ use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
+use crate::aggregation::{session, share};
 use crate::error::PartyError;
-use crate::ledger::{PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
+use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
 use crate::runs::ChainState;
 use crate::statistics::{Computed, Public, Query};
@@ -75,12 +76,14 @@ pub struct StepKey<'a> {
     pub step: u64,
 }
 
-/// A released value and the variance of the noise in it.
+/// A released value and the variance of the noise in it; under secure aggregation the
+/// masked grid steps instead of the value, and the variance of this party's share.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Contribution {
     pub value: Vec<f64>,
     pub noise_variance: f64,
     pub replayed: bool,
+    pub masked: Option<Masked>,
 }
 
 impl Contribution {
@@ -89,6 +92,7 @@ impl Contribution {
             value: r.value.clone(),
             noise_variance: r.noise_variance,
             replayed,
+            masked: r.masked.clone(),
         }
     }
 }
@@ -149,7 +153,7 @@ impl Calibration {
             noise_multiplier,
         };
         let spread = noise_multiplier * (entries as f64).sqrt();
-        if bound.sensitivity > 0.0 && !(spread < 2f64.powi(29)) {
+        if bound.sensitivity > 0.0 && (spread.is_nan() || spread >= 2f64.powi(29)) {
             return refuse(format!(
                 "a noise multiplier of {noise_multiplier:e} over {entries} entries is beyond what this party releases on its grid (s·√entries below 2^29)"
             ));
@@ -212,7 +216,11 @@ pub fn expected(
         neighbours,
         clip: terms.clip,
     };
-    Calibration::check(statistic.bound(&public), noise_multiplier, query.released_len())
+    Calibration::check(
+        statistic.bound(&public),
+        noise_multiplier,
+        query.released_len(),
+    )
 }
 
 /// `x ≤ cap`, false for NaN: a cap check that no NaN slips through.
@@ -275,6 +283,21 @@ impl PartyNode {
             noise_multiplier,
             query.released_len(),
         )?;
+        // Secure aggregation: the run must be joined, and every party adds the same share.
+        let secure = match session(&run, key.run_id)? {
+            Some(aggregation) => {
+                let joined = aggregation.joined()?;
+                let share = share(
+                    &calibration.bound,
+                    self.neighbours,
+                    joined.multiplier,
+                    aggregation.honest(),
+                    query.released_len(),
+                )?;
+                Some((joined, share))
+            }
+            None => None,
+        };
         // A ratio of θ to itself: 0 for every dataset, answered without the rows and not
         // charged (the module's "Public answers").
         let public_answer = query.is_public();
@@ -305,13 +328,38 @@ impl PartyNode {
             calibration.bound
         );
         let mechanism = calibration.mechanism;
-        let variance = mechanism.variance();
-        // The noise tops what the statistic carries up to σ² (all of σ² for the penalty
-        // variants); a statistic's bound keeps its own part within σ²/2 (`statistics/`).
-        // Exact discrete noise on the public grid (`fedmcmc_common::mechanism`).
-        let top_up = (variance - exact.inherent_variance).max(0.0).sqrt();
-        let value = mechanism
-            .release(&exact.value, top_up, &mut rng);
+        let (value, masked, variance) = match secure {
+            None => {
+                let variance = mechanism.variance();
+                // The noise tops what the statistic carries up to σ² (all of σ² for the
+                // penalty variants); a statistic's bound keeps its own part within σ²/2
+                // (`statistics/`). Exact discrete noise on the public grid
+                // (`fedmcmc_common::mechanism`).
+                let top_up = (variance - exact.inherent_variance).max(0.0).sqrt();
+                let value = mechanism.release(&exact.value, top_up, &mut rng);
+                (value, None, variance)
+            }
+            // This party's share of the run's noise, on the run's grid, masked (no variant
+            // with an inherent variance aggregates securely: `aggregation.rs`).
+            Some((joined, Some(share))) => {
+                let std = share.mechanism.std();
+                let steps = share.release_steps(&exact.value, std, &mut rng);
+                let masked = Masked {
+                    steps: joined.mask(key.chain, key.step, &steps),
+                    grid: share.grid,
+                };
+                (Vec::new(), Some(masked), share.variance())
+            }
+            // Sensitivity 0 (a public answer): the exact zeros, masked.
+            Some((joined, None)) => {
+                let steps: Vec<i128> = exact.value.iter().map(|v| v.round() as i128).collect();
+                let masked = Masked {
+                    steps: joined.mask(key.chain, key.step, &steps),
+                    grid: 1.0,
+                };
+                (Vec::new(), Some(masked), 0.0)
+            }
+        };
         let record = ReleaseRecord {
             run_id: key.run_id.to_string(),
             chain: key.chain,
@@ -326,6 +374,7 @@ impl PartyNode {
             inputs,
             value,
             noise_variance: variance,
+            masked,
         };
 
         // Charge durably (a public answer: record it); nothing leaves if this fails.
@@ -492,7 +541,11 @@ mod tests {
             };
             let c = node.step(&key, query).await.unwrap();
             assert!((c.noise_variance - expected_var).abs() <= 1e-12 * expected_var);
-            assert_eq!((c.value[0] / grid).fract(), 0.0, "releases are on the public grid");
+            assert_eq!(
+                (c.value[0] / grid).fract(),
+                0.0,
+                "releases are on the public grid"
+            );
             values.push(c.value[0]);
         }
         let n = N as f64;

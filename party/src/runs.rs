@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use fedmcmc_common::accountant::{MechanismKind, Release};
 
+use crate::aggregation::Aggregation;
 use crate::error::PartyError;
 use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
 use crate::variants::mechanism_of;
@@ -19,6 +20,9 @@ pub(crate) struct ChainState {
 
 pub(crate) struct RunState {
     pub terms: RunTerms,
+    /// Secure aggregation's session state; `None` for plain runs, and for a secure run read
+    /// back after a restart (its secrets were not kept: its steps are refused).
+    pub aggregation: Option<Aggregation>,
     /// What the accountant composes for each release of this run.
     pub mechanism: MechanismKind,
     pub closed: AtomicBool,
@@ -81,6 +85,7 @@ impl RunState {
             }
         }
         Ok(RunState {
+            aggregation: None,
             mechanism,
             closed: AtomicBool::new(false),
             released: AtomicU64::new(record.released),

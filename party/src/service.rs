@@ -22,6 +22,7 @@ use crate::node::{
     SUFFICIENT_STATISTICS, SUMMARIES,
 };
 use crate::release::StepKey;
+use crate::secure::{Announcement, Terms};
 use crate::statistics::Query;
 
 pub const PROTOCOL_VERSION: &str = "fedmcmc.v1";
@@ -126,10 +127,61 @@ async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution
         }
     };
     let c = node.step(&key, query).await?;
+    let (masked, grid) = c.masked.map_or((Vec::new(), 0.0), |m| {
+        (
+            m.steps.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            m.grid,
+        )
+    });
     Ok(pb::Contribution {
         value: c.value,
         noise_variance: c.noise_variance,
         replayed: c.replayed,
+        masked,
+        grid,
+    })
+}
+
+/// A plan's secure-aggregation terms, checked (a 32-byte session, a roster of at least two
+/// DNS names, a threshold below it).
+fn terms_from_pb(t: pb::AggregationTerms) -> Result<Terms, Status> {
+    let session: [u8; 32] = t.session.try_into().map_err(|s: Vec<u8>| {
+        Status::invalid_argument(format!(
+            "a secure-aggregation session is 32 bytes, got {}",
+            s.len()
+        ))
+    })?;
+    Terms::new(session, t.roster, t.threshold).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+pub fn announcement_to_pb(a: Announcement) -> pb::KeyAnnouncement {
+    pb::KeyAnnouncement {
+        session: a.session.to_vec(),
+        roster: a.roster,
+        threshold: a.threshold,
+        party: a.party,
+        key: a.key.to_vec(),
+        multiplier: a.multiplier,
+        cert_chain: a.cert_chain,
+        signature: a.signature,
+    }
+}
+
+pub fn announcement_from_pb(a: pb::KeyAnnouncement) -> Result<Announcement, Status> {
+    let bytes32 = |what: &str, v: Vec<u8>| -> Result<[u8; 32], Status> {
+        v.try_into().map_err(|v: Vec<u8>| {
+            Status::invalid_argument(format!("{what} is 32 bytes, got {}", v.len()))
+        })
+    };
+    Ok(Announcement {
+        session: bytes32("a session", a.session)?,
+        roster: a.roster,
+        threshold: a.threshold,
+        key: bytes32(&format!("party {}'s key", a.party), a.key)?,
+        party: a.party,
+        multiplier: a.multiplier,
+        cert_chain: a.cert_chain,
+        signature: a.signature,
     })
 }
 
@@ -214,6 +266,7 @@ impl Party for PartyService {
                             gradient_clip: plan.gradient_clip,
                             gradient_tau: plan.gradient_tau,
                         }),
+                    aggregation: plan.aggregation.map(terms_from_pb).transpose()?,
                 },
                 &req.model_fingerprint,
             )
@@ -231,7 +284,25 @@ impl Party for PartyService {
                 epsilon: d.epsilon,
                 delta: d.delta,
             }),
+            announcement: grant.announcement.map(announcement_to_pb),
         }))
+    }
+
+    async fn join_aggregation(
+        &self,
+        request: Request<pb::JoinAggregationRequest>,
+    ) -> Result<Response<pb::JoinAggregationResponse>, Status> {
+        let req = request.into_inner();
+        let announcements = req
+            .announcements
+            .into_iter()
+            .map(announcement_from_pb)
+            .collect::<Result<_, _>>()?;
+        let multiplier = self
+            .node
+            .join_aggregation(&req.run_id, announcements)
+            .await?;
+        Ok(Response::new(pb::JoinAggregationResponse { multiplier }))
     }
 
     async fn step(

@@ -45,6 +45,7 @@ async fn closed_history(ledger: &Ledger, runs: usize) {
             population: Some(ROWS as u64),
             barker_variance: None,
             hmc: None,
+            aggregation: None,
         };
         ledger.open_run(&run_id, &terms).await.unwrap();
         let release = ReleaseRecord {
@@ -56,6 +57,7 @@ async fn closed_history(ledger: &Ledger, runs: usize) {
             inputs: vec![0.0; 4],
             value: vec![0.0],
             noise_variance: 1.0,
+            masked: None,
         };
         ledger.record_release(&release).await.unwrap();
         ledger.close_run(&run_id, ClosedBy::CloseRun).await.unwrap();

@@ -258,7 +258,6 @@ async fn walk(node: &PartyNode, run_id: &str, leapfrog_steps: u32, steps: u64) {
 async fn the_hmc_charge_is_theorem_4_3() {
     let (node, fingerprint, _) = node(Neighbours::Substitute, None, budget());
     let n = ROWS as f64;
-    let delta = budget().delta;
     for (k, l, tau_l, tau_g) in [(5, 3, 0.5, 0.8), (12, 10, 0.3, 0.4), (1, 1, 2.0, 0.2)] {
         let grant = node
             .open_run(hmc(k, l, tau_l, tau_g), &fingerprint)
@@ -446,9 +445,7 @@ async fn an_hmc_run_survives_restarts_with_its_reservation_and_its_charge() {
     let closed = second.close_run(&grant.run_id).await.unwrap();
     // 1 ratio, 7 gradients.
     let n = ROWS as f64;
-    let want = charged_epsilon(
-        1.0 / (2.0 * 0.25 * n) + 7.0 / (2.0 * 0.64 * n),
-    );
+    let want = charged_epsilon(1.0 / (2.0 * 0.25 * n) + 7.0 / (2.0 * 0.64 * n));
     assert!((closed.run_epsilon - want).abs() <= 1e-9 * want);
     assert!((closed.epsilon_committed - want).abs() <= 1e-9 * want);
     drop(second);
@@ -518,9 +515,7 @@ async fn an_hmc_ratio_of_theta_to_itself_is_a_step_without_a_charge() {
     let closed = second.close_run(&grant.run_id).await.unwrap();
     // 1 ratio (step 5), 5 gradients (steps 0, 1, 3, 4, 6); step 2 is free.
     let n = ROWS as f64;
-    let want = charged_epsilon(
-        1.0 / (2.0 * 0.25 * n) + 5.0 / (2.0 * 0.64 * n),
-    );
+    let want = charged_epsilon(1.0 / (2.0 * 0.25 * n) + 5.0 / (2.0 * 0.64 * n));
     println!(
         "7 steps, 6 charged: ε = {:.9}, Thm 4.3 {want:.9}",
         closed.run_epsilon

@@ -5,8 +5,8 @@ mod contract;
 
 use contract::{Call, QueryKind, barker_plan, decided_alike, minibatch_plan, plan, step_as, tau};
 use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Method, Release};
-use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::mechanism::accounting_budget;
+use fedmcmc_common::models::ModelSpec;
 use fedmcmc_common::neighbours::Neighbours;
 use fedmcmc_party::PartyNode;
 use fedmcmc_party::budget::{Budget, NoiseRequest};

@@ -108,6 +108,7 @@ pub fn check_grant(plan: &RunPlan, info: &PartyInfo, grant: &Grant) -> Result<Au
                 gradient_tau: h.gradient_tau,
                 gradient_multiplier: h.gradient_tau * sqrt_n,
             }),
+            aggregation: None,
         },
         rows: info.rows as usize,
         neighbours: info.neighbours,

@@ -405,6 +405,7 @@ impl PartyHandle for GrpcParty {
                 leapfrog_steps: plan.hmc.map_or(0, |h| h.leapfrog_steps),
                 gradient_clip: plan.hmc.map_or(0.0, |h| h.gradient_clip),
                 gradient_tau: plan.hmc.map_or(0.0, |h| h.gradient_tau),
+                aggregation: None,
             }),
             model_fingerprint: fingerprint.to_string(),
         };
@@ -432,6 +433,7 @@ impl PartyHandle for GrpcParty {
             run_epsilon: g.run_epsilon,
             epsilon_committed: g.epsilon_committed,
             lease: std::time::Duration::from_secs(g.lease_seconds),
+            announcement: None,
         })
     }
 

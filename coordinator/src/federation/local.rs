@@ -63,6 +63,7 @@ impl PartyHandle for Arc<PartyNode> {
                 batch_size: plan.batch_size,
                 barker_variance: plan.barker_variance,
                 hmc: plan.hmc,
+                aggregation: None,
             },
             fingerprint,
         )

@@ -45,6 +45,18 @@ pub struct RunTerms {
     /// gradients, with the run's own clip and multiplier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hmc: Option<HmcTerms>,
+    /// Secure aggregation: the session (hex), roster and threshold. Its secrets are not
+    /// recorded: after a restart the run's steps are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation: Option<AggregationTerms>,
+}
+
+/// A secure-aggregation run's public terms, as the ledger records them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregationTerms {
+    pub session: String,
+    pub roster: Vec<String>,
+    pub threshold: u32,
 }
 
 /// An HMC run's leapfrog steps L and gradient release: clip b_g, τ_g and multiplier τ_g·√n.
@@ -88,8 +100,28 @@ pub struct ReleaseRecord {
     pub mechanism: String,
     pub noise_multiplier: f64,
     pub inputs: Vec<f64>,
+    /// Empty under secure aggregation, where `masked` holds what left.
     pub value: Vec<f64>,
     pub noise_variance: f64,
+    pub masked: Option<Masked>,
+}
+
+/// A secure-aggregation answer: each entry's grid steps plus the party's masks in Z_2^128,
+/// and the grid.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Masked {
+    pub steps: Vec<u128>,
+    pub grid: f64,
+}
+
+fn u128s_to_blob(v: &[u128]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub(crate) fn blob_to_u128s(b: &[u8]) -> Vec<u128> {
+    b.chunks_exact(16)
+        .map(|c| u128::from_le_bytes(c.try_into().expect("16-byte chunk")))
+        .collect()
 }
 
 /// An open run as recovered from disk at start.
@@ -227,6 +259,9 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("runs", "answer_releases", "INTEGER"),
     ("runs", "answer_run_epsilon", "REAL"),
     ("runs", "answer_epsilon_committed", "REAL"),
+    // NULL for plain releases; a secure-aggregation answer's masked steps and grid.
+    ("releases", "masked", "BLOB"),
+    ("releases", "grid", "REAL"),
 ];
 
 /// Brings a ledger written by an earlier version up to [`SCHEMA`].
@@ -422,8 +457,8 @@ fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
         }
         Entry::Release(r) => {
             conn.prepare_cached(
-                "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance, masked, grid)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?
             .execute(params![
                 r.run_id,
@@ -433,7 +468,9 @@ fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
                 r.noise_multiplier,
                 f64s_to_blob(&r.inputs),
                 f64s_to_blob(&r.value),
-                r.noise_variance
+                r.noise_variance,
+                r.masked.as_ref().map(|m| u128s_to_blob(&m.steps)),
+                r.masked.as_ref().map(|m| m.grid)
             ])?;
         }
         Entry::Close { run_id, by } => {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    Closed, ClosedBy, ClosedCharge, ClosedRuns, PUBLIC_MECHANISM, ReleaseRecord, RunRecord,
-    RunReleases, RunTerms, blob_to_f64s,
+    Closed, ClosedBy, ClosedCharge, ClosedRuns, Masked, PUBLIC_MECHANISM, ReleaseRecord, RunRecord,
+    RunReleases, RunTerms, blob_to_f64s, blob_to_u128s,
 };
 
 fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
@@ -38,7 +38,7 @@ pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecor
     // SQLite takes the bare columns of a group from the row holding its MAX(step).
     let mut stmt = conn.prepare(
         "SELECT run_id, chain, MAX(step), SUM(mechanism <> ?1), mechanism, noise_multiplier,
-                inputs, value, noise_variance, SUM(mechanism = ?1)
+                inputs, value, noise_variance, SUM(mechanism = ?1), masked, grid
          FROM releases WHERE run_id IN (SELECT run_id FROM runs WHERE closed = 0)
          GROUP BY run_id, chain",
     )?;
@@ -60,6 +60,16 @@ pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecor
             inputs: blob_to_f64s(&r.get::<_, Vec<u8>>(6)?),
             value: blob_to_f64s(&r.get::<_, Vec<u8>>(7)?),
             noise_variance: r.get(8)?,
+            masked: match (
+                r.get::<_, Option<Vec<u8>>>(10)?,
+                r.get::<_, Option<f64>>(11)?,
+            ) {
+                (Some(steps), Some(grid)) => Some(Masked {
+                    steps: blob_to_u128s(&steps),
+                    grid,
+                }),
+                _ => None,
+            },
         };
         // A release on a chain beyond the run's terms is still charged (counted above).
         if let Some(slot) = run.last.get_mut(chain as usize) {

@@ -68,6 +68,7 @@ fn a_ledger_of_the_first_schema_is_migrated() {
         population: None,
         barker_variance: None,
         hmc: None,
+        aggregation: None,
     };
     {
         let conn = Connection::open(&path).unwrap();
@@ -90,18 +91,14 @@ fn a_ledger_of_the_first_schema_is_migrated() {
                 },
             )
             .unwrap();
-            for step in 0..2 {
-                let release = ReleaseRecord {
-                    run_id: run_id.into(),
-                    chain: 1,
-                    step,
-                    mechanism: "gaussian".into(),
-                    noise_multiplier: terms.noise_multiplier,
-                    inputs: vec![0.0; 4],
-                    value: vec![step as f64],
-                    noise_variance: 1.0,
-                };
-                write_entry(&conn, &Entry::Release(&release)).unwrap();
+            // The first schema's columns: nothing of secure aggregation.
+            for step in 0..2u8 {
+                conn.execute(
+                    "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance)
+                     VALUES (?1, 1, ?2, 'gaussian', ?3, zeroblob(32), ?4, 1.0)",
+                    params![run_id, step, terms.noise_multiplier, f64::from(step).to_le_bytes().to_vec()],
+                )
+                .unwrap();
             }
             conn.execute(
                 "UPDATE runs SET closed = ?2 WHERE run_id = ?1",

@@ -157,7 +157,7 @@ impl Subject {
         match call {
             Call::Open(plan) => {
                 let req = pb::OpenRunRequest {
-                    plan: Some(*plan),
+                    plan: Some(plan.clone()),
                     model_fingerprint: fingerprint.into(),
                 };
                 match self.service.open_run(Request::new(req)).await {

@@ -1,0 +1,271 @@
+//! Secure aggregation on the party's side: a run's session, its key until the join, its
+//! pairwise masks after it, and the share of the noise each release adds (the cryptography
+//! is in `secure/`; the release path in `release.rs` calls [`share`] and [`Joined::mask`]).
+//!
+//! # Why a share is enough
+//!
+//! With N parties of which at most t collude with the coordinator, each adds discrete
+//! Gaussian noise of variance σ²/(N − t) to its rounded statistic and masks the result; the
+//! coordinator learns only the sum, which carries at least N − t honest shares, σ² in all
+//! (Heikkilä et al. 2017, Sec. 3; Kairouz, Liu & Steinke 2021 for discrete noise under
+//! secure aggregation; Bonawitz et al. 2017 for the masks).
+//!
+//! σ is common to the run: every party announces its noise multiplier over the add/remove
+//! (unit) sensitivity, s·c with c = 2 under substitution and 1 under addition or removal,
+//! signed with its key; every party takes the largest, m, so each honest share is
+//! (m·(Δ_u + √d·γ))²/(N − t) with Δ_u the step's unit sensitivity (the same public function
+//! of the step on every party), d the entries and γ the common grid of m·Δ_u/√(N − t). For
+//! party i the honest sum then carries noise of standard deviation m·(Δ_u + √d·γ) ≥
+//! sᵢ·(cᵢ·Δ_u + √d·γ): at least its own multiplier over its rounded statistic's
+//! sensitivity, so what its accountant charges at sᵢ holds.
+//!
+//! The honest sum of N − t independent N_Z(0, v) is not itself a discrete Gaussian.
+//! Kairouz, Liu & Steinke 2021 bound its probabilities pointwise within a factor 1 ± τ of
+//! N_Z(0, (N − t)·v) with τ = 10·Σ_{k=1}^{N−t−1} e^{−2π²v·k/(k+1)}, v in grid units² (their
+//! analysis of the sum of discrete Gaussians, as we read it); with v ≥ 2^60 here τ is below
+//! e^{−2^60}, so the closeness argument of `fedmcmc_common::mechanism` (against rounded
+//! continuous noise of the total variance, at least 2^60 grid units²) and its reservation
+//! hold for the sum as they do for one party's noise.
+//!
+//! Minibatch and Barker releases are refused under secure aggregation: their sensitivity and
+//! noise depend on each party's own row count (a = n/b) and, for Barker, on each batch's
+//! variance, so no common share exists without a derivation this product does not make.
+use std::sync::{Mutex, OnceLock};
+
+use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian};
+use fedmcmc_common::neighbours::Neighbours;
+use rustls_pki_types::CertificateDer;
+
+use crate::PartyNode;
+use crate::error::PartyError;
+use crate::release::Bound;
+use crate::runs::RunState;
+use crate::secure::{
+    Announcement, KeyPair, PairwiseMasks, Terms, VerifiedRoster, apply, encode, read_pem_certs,
+};
+use crate::tls::TlsFiles;
+use crate::variants::{FULL_PENALTY, HMC, INITIALISER, SUFFICIENT_STATISTICS, SUMMARIES};
+
+/// The variants whose releases a party adds a share of noise to under secure aggregation.
+pub const SECURE_VARIANTS: [&str; 5] = [
+    FULL_PENALTY,
+    HMC,
+    INITIALISER,
+    SUFFICIENT_STATISTICS,
+    SUMMARIES,
+];
+
+/// The node's TLS identity, which signs its key announcements, and the CA its peers'
+/// certificates must chain to.
+pub struct Identity {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    ca: Vec<CertificateDer<'static>>,
+}
+
+impl Identity {
+    pub fn from_pem(cert_pem: Vec<u8>, key_pem: Vec<u8>, ca_pem: &[u8]) -> anyhow::Result<Self> {
+        let ca = read_pem_certs("the CA certificate", ca_pem)?;
+        Ok(Identity {
+            cert_pem,
+            key_pem,
+            ca,
+        })
+    }
+
+    /// The identity in a node's TLS files.
+    pub fn load(files: &TlsFiles) -> anyhow::Result<Self> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+        };
+        Self::from_pem(read(&files.cert)?, read(&files.key)?, &read(&files.ca)?)
+    }
+}
+
+/// One run's secure-aggregation state.
+pub(crate) struct Aggregation {
+    pub terms: Terms,
+    /// The session's secret key until the join derives the masks from it.
+    key: Mutex<Option<KeyPair>>,
+    pub announcement: Announcement,
+    joined: OnceLock<Joined>,
+}
+
+/// What the join established: the masks and the run's common multiplier m.
+pub(crate) struct Joined {
+    masks: PairwiseMasks,
+    pub multiplier: f64,
+    announcements: Vec<Announcement>,
+}
+
+/// A refused or impossible aggregation step, as the party's error.
+fn refused(e: impl std::fmt::Display) -> PartyError {
+    PartyError::FailedPrecondition(format!("secure aggregation: {e}"))
+}
+
+impl Aggregation {
+    /// Draws the session key and signs its announcement with `multiplier` (the party's noise
+    /// multiplier over the unit sensitivity).
+    pub(crate) fn open(
+        identity: Option<&Identity>,
+        party: &str,
+        terms: Terms,
+        multiplier: f64,
+    ) -> Result<Self, PartyError> {
+        let identity = identity.ok_or_else(|| {
+            PartyError::Unimplemented(
+                "secure aggregation needs the party's TLS certificate and key to sign its session key; this party serves without TLS".into(),
+            )
+        })?;
+        if !terms.roster.iter().any(|name| name == party) {
+            return Err(PartyError::InvalidArgument(format!(
+                "secure aggregation: this party ({party}) is not in the run's roster"
+            )));
+        }
+        let key = KeyPair::generate().map_err(refused)?;
+        let announcement = Announcement::sign(
+            &terms,
+            party,
+            key.public(),
+            multiplier,
+            &identity.cert_pem,
+            &identity.key_pem,
+        )
+        .map_err(refused)?;
+        Ok(Aggregation {
+            terms,
+            key: Mutex::new(Some(key)),
+            announcement,
+            joined: OnceLock::new(),
+        })
+    }
+
+    /// Verifies every party's announcement against the CA and the run's terms, derives the
+    /// pairwise masks and answers the common multiplier m (the largest announced). A second
+    /// join with the same announcements gets the same answer; with others, a refusal.
+    pub(crate) fn join(
+        &self,
+        identity: Option<&Identity>,
+        party: &str,
+        announcements: Vec<Announcement>,
+    ) -> Result<f64, PartyError> {
+        if let Some(joined) = self.joined.get() {
+            return if joined.announcements == announcements {
+                Ok(joined.multiplier)
+            } else {
+                Err(refused("the run was joined with other announcements"))
+            };
+        }
+        let identity = identity.expect("a run with aggregation was opened with an identity");
+        let roster = VerifiedRoster::verify(announcements.clone(), &identity.ca, &self.terms)
+            .map_err(refused)?;
+        let key =
+            self.key.lock().expect("key lock").take().ok_or_else(|| {
+                refused("the session key was consumed by a join that did not finish")
+            })?;
+        let masks = PairwiseMasks::derive(&key, party, &roster).map_err(refused)?;
+        let multiplier = roster
+            .announcements()
+            .iter()
+            .map(|a| a.multiplier)
+            .fold(0.0, f64::max);
+        let joined = Joined {
+            masks,
+            multiplier,
+            announcements,
+        };
+        // Two joins racing: the first stored wins, the other compares against it.
+        if self.joined.set(joined).is_err() {
+            return self.join(Some(identity), party, roster.announcements().to_vec());
+        }
+        Ok(multiplier)
+    }
+
+    /// The join's state, or why a step cannot be answered yet.
+    pub(crate) fn joined(&self) -> Result<&Joined, PartyError> {
+        self.joined.get().ok_or_else(|| {
+            refused("the run has not been joined: relay every party's announcement first")
+        })
+    }
+
+    /// Honest parties N − t.
+    pub(crate) fn honest(&self) -> u32 {
+        self.terms.roster.len() as u32 - self.terms.threshold
+    }
+}
+
+impl Joined {
+    /// `steps` (grid units) encoded in Z_2^128 plus this party's masks for (chain, step).
+    pub(crate) fn mask(&self, chain: u32, step: u64, steps: &[i128]) -> Vec<u128> {
+        let mut masked: Vec<u128> = steps.iter().map(|&k| encode(k)).collect();
+        apply(&mut masked, &self.masks.mask(chain, step, steps.len()));
+        masked
+    }
+}
+
+/// The share of noise a party adds to a release of `entries` entries with `bound` under
+/// secure aggregation with common multiplier `multiplier` and `honest` honest parties: the
+/// mechanism of multiplier m/√honest over the unit sensitivity Δ_u, on its grid (module
+/// doc). Every party computes the same grid and share from the same public step.
+pub fn share(
+    bound: &Bound,
+    neighbours: Neighbours,
+    multiplier: f64,
+    honest: u32,
+    entries: usize,
+) -> Result<Option<GridGaussian>, PartyError> {
+    let unit = bound.sensitivity / neighbours.clipped_sum_sensitivity(1.0);
+    let mechanism = GaussianMechanism {
+        sensitivity: unit,
+        noise_multiplier: multiplier / f64::from(honest).sqrt(),
+    };
+    if unit == 0.0 {
+        return Ok(None);
+    }
+    mechanism.on_grid(entries).map(Some).ok_or_else(|| {
+        PartyError::InvalidArgument(format!(
+            "the run's common noise multiplier {multiplier:e} over {entries} entries is beyond what a party releases on its grid"
+        ))
+    })
+}
+
+/// A step or join of a secure run needs its session state; a plain run, or a secure run
+/// read back after a restart (its secrets were never written down), has none.
+pub(crate) fn session<'a>(
+    run: &'a RunState,
+    run_id: &str,
+) -> Result<Option<&'a Aggregation>, PartyError> {
+    match (&run.aggregation, &run.terms.aggregation) {
+        (Some(a), _) => Ok(Some(a)),
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(refused(format_args!(
+            "run {run_id}'s pairwise secrets are kept in memory only and this party has restarted since it opened: the run cannot go on; open a new one"
+        ))),
+    }
+}
+
+impl PartyNode {
+    /// Joins a secure run: verifies every announcement and derives the masks (see
+    /// [`Aggregation::join`]), answering the run's common noise multiplier. A refused join
+    /// closes the run: a coordinator that substituted a key gets nothing more from it.
+    pub async fn join_aggregation(
+        &self,
+        run_id: &str,
+        announcements: Vec<Announcement>,
+    ) -> Result<f64, PartyError> {
+        let run = self.run(run_id)?;
+        let aggregation = session(&run, run_id)?.ok_or_else(|| {
+            PartyError::FailedPrecondition(format!(
+                "run {run_id} was opened for plain releases, not secure aggregation"
+            ))
+        })?;
+        match aggregation.join(self.identity.as_deref(), &self.name, announcements) {
+            Ok(multiplier) => Ok(multiplier),
+            Err(e) => {
+                tracing::warn!(party = %self.name, %run_id, error = %e, "secure aggregation refused: run closed");
+                self.close_run(run_id).await?;
+                Err(e)
+            }
+        }
+    }
+}
