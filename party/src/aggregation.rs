@@ -38,6 +38,7 @@ use rustls_pki_types::CertificateDer;
 
 use crate::PartyNode;
 use crate::error::PartyError;
+use crate::ledger::AggregationTerms;
 use crate::release::Bound;
 use crate::runs::RunState;
 use crate::secure::{
@@ -140,6 +141,39 @@ impl Aggregation {
         })
     }
 
+    /// The state of a run read back from the ledger after a restart: its terms and own
+    /// announcement, and the session secret kept beside them, not yet joined (the
+    /// coordinator joins again). `None` if the record does not hold together (then the
+    /// run's steps are refused, [`session`]).
+    pub(crate) fn restore(terms: &AggregationTerms, secret: [u8; 32]) -> Option<Self> {
+        let bytes: Vec<u8> = (0..terms.session.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(terms.session.get(i..i + 2)?, 16).ok())
+            .collect::<Option<_>>()?;
+        let t = Terms::new(
+            bytes.try_into().ok()?,
+            terms.roster.clone(),
+            terms.threshold,
+        )
+        .ok()?;
+        let key = KeyPair::from_bytes(secret);
+        (key.public() == terms.announcement.key).then(|| Aggregation {
+            terms: t,
+            key: Mutex::new(Some(key)),
+            announcement: terms.announcement.clone(),
+            joined: OnceLock::new(),
+        })
+    }
+
+    /// The session secret, while the run is not joined: what the ledger keeps.
+    pub(crate) fn secret(&self) -> Option<zeroize::Zeroizing<[u8; 32]>> {
+        self.key
+            .lock()
+            .expect("key lock")
+            .as_ref()
+            .map(KeyPair::secret_bytes)
+    }
+
     /// Verifies every party's announcement against the CA and the run's terms, derives the
     /// pairwise masks and answers the common multiplier m (the largest announced). A second
     /// join with the same announcements gets the same answer; with others, a refusal.
@@ -149,6 +183,8 @@ impl Aggregation {
         party: &str,
         announcements: Vec<Announcement>,
     ) -> Result<f64, PartyError> {
+        // One join at a time: concurrent steps of a restarted party may all ask for it.
+        let mut key = self.key.lock().expect("key lock");
         if let Some(joined) = self.joined.get() {
             return if joined.announcements == announcements {
                 Ok(joined.multiplier)
@@ -156,14 +192,15 @@ impl Aggregation {
                 Err(refused("the run was joined with other announcements"))
             };
         }
-        let identity = identity.expect("a run with aggregation was opened with an identity");
+        let identity = identity.ok_or_else(|| {
+            refused("this party has no TLS identity to verify the announcements with")
+        })?;
         let roster = VerifiedRoster::verify(announcements.clone(), &identity.ca, &self.terms)
             .map_err(refused)?;
-        let key =
-            self.key.lock().expect("key lock").take().ok_or_else(|| {
-                refused("the session key was consumed by a join that did not finish")
-            })?;
-        let masks = PairwiseMasks::derive(&key, party, &roster).map_err(refused)?;
+        let own = key
+            .as_ref()
+            .ok_or_else(|| refused("the session key is gone: the run cannot be joined"))?;
+        let masks = PairwiseMasks::derive(own, party, &roster).map_err(refused)?;
         let multiplier = roster
             .announcements()
             .iter()
@@ -174,23 +211,27 @@ impl Aggregation {
             multiplier,
             announcements,
         };
-        // Two joins racing: the first stored wins, the other compares against it.
-        if self.joined.set(joined).is_err() {
-            return self.join(Some(identity), party, roster.announcements().to_vec());
-        }
+        // Set once: every join holds the key lock and returned above if it was set.
+        let _ = self.joined.set(joined);
+        // The masks are derived: the secret is no longer needed in memory (the ledger keeps
+        // it for a restart).
+        *key = None;
         Ok(multiplier)
     }
 
     /// The join's state, or why a step cannot be answered yet.
     pub(crate) fn joined(&self) -> Result<&Joined, PartyError> {
         self.joined.get().ok_or_else(|| {
-            refused("the run has not been joined: relay every party's announcement first")
+            PartyError::Unjoined(
+                "secure aggregation: the run has not been joined since this party started: relay every party's announcement first".into(),
+            )
         })
     }
 
-    /// Honest parties N − t.
-    pub(crate) fn honest(&self) -> u32 {
-        self.terms.roster.len() as u32 - self.terms.threshold
+    /// Honest parties N − t, and N.
+    pub(crate) fn honest(&self) -> (u32, usize) {
+        let n = self.terms.roster.len();
+        (n as u32 - self.terms.threshold, n)
     }
 }
 
@@ -204,14 +245,16 @@ impl Joined {
 }
 
 /// The share of noise a party adds to a release of `entries` entries with `bound` under
-/// secure aggregation with common multiplier `multiplier` and `honest` honest parties: the
-/// mechanism of multiplier m/√honest over the unit sensitivity Δ_u, on its grid (module
-/// doc). Every party computes the same grid and share from the same public step.
+/// secure aggregation with common multiplier `multiplier`, `honest` honest parties of
+/// `parties`: the mechanism of multiplier m/√honest over the unit sensitivity Δ_u, on its
+/// grid (module doc). Every party computes the same grid and share from the same public
+/// step. Refused, from public numbers, where the parties' summed bounds (statistic plus 64
+/// noise sds, each in grid steps) could reach 2^126: the ring Z_2^128 could then wrap.
 pub fn share(
     bound: &Bound,
     neighbours: Neighbours,
     multiplier: f64,
-    honest: u32,
+    (honest, parties): (u32, usize),
     entries: usize,
 ) -> Result<Option<GridGaussian>, PartyError> {
     let unit = bound.sensitivity / neighbours.clipped_sum_sensitivity(1.0);
@@ -222,11 +265,19 @@ pub fn share(
     if unit == 0.0 {
         return Ok(None);
     }
-    mechanism.on_grid(entries).map(Some).ok_or_else(|| {
+    let share = mechanism.on_grid(entries).ok_or_else(|| {
         PartyError::InvalidArgument(format!(
             "the run's common noise multiplier {multiplier:e} over {entries} entries is beyond what a party releases on its grid"
         ))
-    })
+    })?;
+    let reach = (bound.statistic + 64.0 * share.mechanism.std()) / share.grid;
+    if reach.is_nan() || reach * parties as f64 >= 2f64.powi(126) {
+        return Err(PartyError::InvalidArgument(format!(
+            "the statistic could reach {:e} on the run's grid of {:e}: summed over {parties} parties it could wrap secure aggregation's ring; take a shorter step",
+            bound.statistic, share.grid
+        )));
+    }
+    Ok(Some(share))
 }
 
 /// A step or join of a secure run needs its session state; a plain run, or a secure run

@@ -18,6 +18,10 @@ pub enum PartyError {
     /// A variant this party does not serve.
     #[error("{0}")]
     Unimplemented(String),
+    /// A step of a secure run this party has not joined (since it started): the
+    /// coordinator relays the run's announcements again, then asks again.
+    #[error("{0}")]
+    Unjoined(String),
     /// The ledger could not record the charge: nothing was released.
     #[error("{0}")]
     Ledger(#[from] LedgerError),

@@ -44,6 +44,8 @@ pub struct Description {
     pub open_runs: u32,
     /// See [`Budget::mu_remaining`].
     pub mu_remaining: f64,
+    /// Whether it can sign secure aggregation's session keys (it has a TLS identity).
+    pub secure_aggregation: bool,
 }
 
 /// Describe's figures of the budget, and the snapshot of the runs they were computed from.
@@ -85,9 +87,9 @@ pub struct Grant {
     pub epsilon_committed: f64,
     /// The party closes the run after this long without a step.
     pub lease: Duration,
-    /// Secure aggregation: this party's signed session key, for the coordinator to relay.
-    /// Not recorded: a resumed run was joined already.
-    #[serde(skip)]
+    /// Secure aggregation: this party's signed session key, for the coordinator to relay
+    /// (recorded with the grant: a resumed coordinator relays it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announcement: Option<Announcement>,
 }
 
@@ -343,6 +345,7 @@ impl PartyNode {
             epsilon_committed: figures.epsilon_committed,
             open_runs,
             mu_remaining: figures.mu_remaining,
+            secure_aggregation: self.identity.is_some(),
         }
     }
 
@@ -405,11 +408,7 @@ impl PartyNode {
             population,
             barker_variance: plan.barker_variance,
             hmc,
-            aggregation: plan.aggregation.as_ref().map(|t| AggregationTerms {
-                session: t.session.iter().map(|b| format!("{b:02x}")).collect(),
-                roster: t.roster.clone(),
-                threshold: t.threshold,
-            }),
+            aggregation: None,
         };
         // What the accountant admits: the plan's releases, or a DP HMC plan's iterations as
         // the one Gaussian release each is equivalent to (`reservation`).
@@ -447,7 +446,23 @@ impl PartyNode {
             })
             .transpose()?;
         let announcement = aggregation.as_ref().map(|a| a.announcement.clone());
-        self.ledger.open_run(&run_id, &terms).await?;
+        let terms = RunTerms {
+            aggregation: aggregation.as_ref().map(|a| AggregationTerms {
+                session: a.terms.session.iter().map(|b| format!("{b:02x}")).collect(),
+                roster: a.terms.roster.clone(),
+                threshold: a.terms.threshold,
+                announcement: a.announcement.clone(),
+            }),
+            ..terms
+        };
+        match aggregation.as_ref().and_then(Aggregation::secret) {
+            Some(secret) => {
+                self.ledger
+                    .open_secure_run(&run_id, &terms, &secret)
+                    .await?
+            }
+            None => self.ledger.open_run(&run_id, &terms).await?,
+        }
         let (terms_tau, terms_multiplier) = (terms.tau, terms.noise_multiplier);
         let mut state = RunState::from_record(
             RunRecord {
@@ -456,6 +471,7 @@ impl PartyNode {
                 terms,
                 released: 0,
                 public: 0,
+                aggregation_secret: None,
             },
             Instant::now(),
         )?;

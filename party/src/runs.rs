@@ -84,8 +84,12 @@ impl RunState {
                 )?;
             }
         }
+        let aggregation = match (&record.terms.aggregation, record.aggregation_secret) {
+            (Some(terms), Some(secret)) => Aggregation::restore(terms, secret),
+            _ => None,
+        };
         Ok(RunState {
-            aggregation: None,
+            aggregation,
             mechanism,
             closed: AtomicBool::new(false),
             released: AtomicU64::new(record.released),

@@ -35,6 +35,7 @@ impl From<PartyError> for Status {
             PartyError::BudgetExhausted(m) => Status::resource_exhausted(m),
             PartyError::FailedPrecondition(m) => Status::failed_precondition(m),
             PartyError::Unimplemented(m) => Status::unimplemented(m),
+            PartyError::Unjoined(m) => Status::aborted(m),
             PartyError::Ledger(e) => {
                 tracing::error!(error = %e, "ledger failure");
                 Status::internal(
@@ -219,6 +220,7 @@ impl Party for PartyService {
             epsilon_committed: d.epsilon_committed,
             open_runs: d.open_runs,
             mu_remaining: d.mu_remaining,
+            secure_aggregation: d.secure_aggregation,
         }))
     }
 

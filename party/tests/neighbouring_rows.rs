@@ -153,6 +153,48 @@ fn battery() -> Vec<Call> {
     calls
 }
 
+/// The battery on the secure path: the same plans under a session (subject and a peer, one
+/// CA), each granted run joined, then every hostile step answered with a masked share or
+/// refused, alike for neighbouring rows; joins of runs never granted are refused alike.
+#[tokio::test]
+async fn the_hostile_battery_is_decided_alike_on_the_secure_path() {
+    let mut calls: Vec<Call> = battery()
+        .into_iter()
+        .map(|c| match c {
+            Call::Open(p) => Call::Open(pb::RunPlan {
+                aggregation: Some(contract::secure_terms()),
+                ..p
+            }),
+            c => c,
+        })
+        .collect();
+    // After the opens (the first 15 calls), join every slot the battery uses and one past.
+    let opens = calls
+        .iter()
+        .take_while(|c| matches!(c, Call::Open(_)))
+        .count();
+    let joins = (0..9).map(|k| Call::Join(RunRef::Slot(k)));
+    calls.splice(opens..opens, joins);
+    for substitute in contract::SUBSTITUTES {
+        let mut pair = Neighbouring::new_secure(
+            &fedmcmc_common::models::ModelSpec::flat_banana(2),
+            ROWS,
+            contract::ROW,
+            &substitute,
+            budget(),
+        );
+        let decisions = pair.same_decisions(&calls).await;
+        let count = |f: fn(&contract::Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
+        let joined = count(|d| matches!(d, contract::Decision::Joined { .. }));
+        let released = count(|d| matches!(d, contract::Decision::Released { .. }));
+        let refused = count(|d| matches!(d, contract::Decision::Refused { .. }));
+        assert!(
+            joined >= 5 && released >= 50 && refused >= 50,
+            "joined {joined}, released {released}, refused {refused}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_hostile_battery_is_decided_alike_for_neighbouring_rows() {
     // The battery must exercise both outcomes, or it proves nothing.

@@ -19,6 +19,8 @@ use std::sync::Mutex;
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
+use crate::secure::Announcement;
+
 /// The terms a run was admitted under; stored whole so the ledger alone explains every charge.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunTerms {
@@ -57,6 +59,8 @@ pub struct AggregationTerms {
     pub session: String,
     pub roster: Vec<String>,
     pub threshold: u32,
+    /// The party's own signed announcement (public).
+    pub announcement: Announcement,
 }
 
 /// An HMC run's leapfrog steps L and gradient release: clip b_g, τ_g and multiplier τ_g·√n.
@@ -135,6 +139,8 @@ pub struct RunRecord {
     pub public: u64,
     /// The last release of each chain, if any (what a retry may ask for again).
     pub last: Vec<Option<ReleaseRecord>>,
+    /// A secure run's session secret (see [`Ledger::open_secure_run`]).
+    pub aggregation_secret: Option<[u8; 32]>,
 }
 
 /// Why a run was closed; recorded so that a late step is told why, after a restart too.
@@ -187,6 +193,7 @@ enum Entry<'a> {
     Open {
         run_id: &'a str,
         terms: &'a RunTerms,
+        secret: Option<&'a [u8; 32]>,
     },
     Release(&'a ReleaseRecord),
     Close {
@@ -259,6 +266,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("runs", "answer_releases", "INTEGER"),
     ("runs", "answer_run_epsilon", "REAL"),
     ("runs", "answer_epsilon_committed", "REAL"),
+    // NULL but for a secure-aggregation run: its session's X25519 secret.
+    ("runs", "aggregation_secret", "BLOB"),
     // NULL for plain releases; a secure-aggregation answer's masked steps and grid.
     ("releases", "masked", "BLOB"),
     ("releases", "grid", "REAL"),
@@ -424,7 +433,29 @@ impl Ledger {
 
     /// Durably reserves a run's whole plan.
     pub async fn open_run(&self, run_id: &str, terms: &RunTerms) -> Result<(), LedgerError> {
-        self.commit(Entry::Open { run_id, terms }).await
+        self.commit(Entry::Open {
+            run_id,
+            terms,
+            secret: None,
+        })
+        .await
+    }
+
+    /// [`Ledger::open_run`] of a secure-aggregation run, with its session's X25519 secret:
+    /// kept beside the rows it protects (never in the terms, which `party status` shows), so
+    /// that after a restart the run's masks can be derived again.
+    pub async fn open_secure_run(
+        &self,
+        run_id: &str,
+        terms: &RunTerms,
+        secret: &[u8; 32],
+    ) -> Result<(), LedgerError> {
+        self.commit(Entry::Open {
+            run_id,
+            terms,
+            secret: Some(secret),
+        })
+        .await
     }
 
     /// Durably records one release; returns only once it is on disk.
@@ -448,11 +479,15 @@ impl Ledger {
 /// BEGIN and COMMIT would add nothing but two statements to parse and run per release.
 fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
     match entry {
-        Entry::Open { run_id, terms } => {
+        Entry::Open {
+            run_id,
+            terms,
+            secret,
+        } => {
             let terms = serde_json::to_string(terms).expect("run terms serialise");
             conn.execute(
-                "INSERT INTO runs (run_id, terms) VALUES (?1, ?2)",
-                params![run_id, terms],
+                "INSERT INTO runs (run_id, terms, aggregation_secret) VALUES (?1, ?2, ?3)",
+                params![run_id, terms, secret.map(|s| s.to_vec())],
             )?;
         }
         Entry::Release(r) => {

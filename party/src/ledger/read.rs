@@ -19,12 +19,20 @@ fn terms_from_json(column: usize, text: &str) -> rusqlite::Result<RunTerms> {
 /// Open runs with their release counts and each chain's last release: two queries in all, not
 /// one per run or chain (a ledger once held millions of chains and took minutes to start).
 pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
-    let mut stmt =
-        conn.prepare("SELECT run_id, terms FROM runs WHERE closed = 0 ORDER BY rowid")?;
+    let mut stmt = conn.prepare(
+        "SELECT run_id, terms, aggregation_secret FROM runs WHERE closed = 0 ORDER BY rowid",
+    )?;
     let mut runs = Vec::new();
     let mut index = HashMap::new();
-    for head in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
-        let (run_id, terms) = head?;
+    let heads = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<Vec<u8>>>(2)?,
+        ))
+    })?;
+    for head in heads {
+        let (run_id, terms, secret) = head?;
         let terms = terms_from_json(1, &terms)?;
         index.insert(run_id.clone(), runs.len());
         runs.push(RunRecord {
@@ -33,6 +41,8 @@ pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecor
             terms,
             released: 0,
             public: 0,
+            // A secret of another length is no secret: the run's steps are then refused.
+            aggregation_secret: secret.and_then(|s| s.try_into().ok()),
         });
     }
     // SQLite takes the bare columns of a group from the row holding its MAX(step).

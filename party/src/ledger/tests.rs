@@ -83,12 +83,10 @@ fn a_ledger_of_the_first_schema_is_migrated() {
         .unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         for (run_id, closed) in [("old", 1), ("live", 0)] {
-            write_entry(
-                &conn,
-                &Entry::Open {
-                    run_id,
-                    terms: &terms,
-                },
+            // The first schema's columns.
+            conn.execute(
+                "INSERT INTO runs (run_id, terms) VALUES (?1, ?2)",
+                params![run_id, serde_json::to_string(&terms).unwrap()],
             )
             .unwrap();
             // The first schema's columns: nothing of secure aggregation.

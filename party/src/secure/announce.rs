@@ -58,7 +58,7 @@ impl Terms {
 }
 
 /// One party's signed session key.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Announcement {
     pub session: [u8; 32],
     pub roster: Vec<String>,

@@ -22,10 +22,15 @@ impl KeyPair {
         Ok(Self::from_secret(StaticSecret::from(*bytes)))
     }
 
-    /// A key pair from a fixed secret: deterministic unit tests only.
-    #[cfg(test)]
-    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
+    /// A key pair from its secret: one the party's ledger kept for an open run, so that
+    /// after a restart the run's masks can be derived again.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
         Self::from_secret(StaticSecret::from(bytes))
+    }
+
+    /// The secret, for the party's ledger (never the wire).
+    pub fn secret_bytes(&self) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(self.secret.to_bytes())
     }
 
     fn from_secret(secret: StaticSecret) -> Self {

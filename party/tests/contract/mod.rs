@@ -38,6 +38,8 @@ pub enum Call {
         theta_proposed: Vec<f64>,
     },
     Close(RunRef),
+    /// Secure aggregation: relay the run's announcements, the subject's own and its peer's.
+    Join(RunRef),
 }
 
 /// Which query a step asks.
@@ -94,6 +96,10 @@ pub enum Decision {
     Closed {
         releases: u64,
     },
+    /// A join, with the run's common multiplier.
+    Joined {
+        multiplier: u64,
+    },
     Refused {
         code: Code,
         message: String,
@@ -106,6 +112,25 @@ pub struct Subject {
     pub service: PartyService,
     runs: Vec<String>,
     next_step: std::collections::HashMap<(usize, u32), u64>,
+    /// Secure aggregation: the subject's announcement per granted run, its peer (a second
+    /// party of the roster, certified by the same CA) and the peer's announcement per plan.
+    announcements: Vec<Option<pb::KeyAnnouncement>>,
+    peer: Option<(PartyService, tempfile::TempDir)>,
+    peer_announcements: Vec<Option<pb::KeyAnnouncement>>,
+}
+
+/// The names on the certificates of a secure subject and its peer: the roster of
+/// [`secure_terms`].
+pub const SUBJECT: &str = "subject";
+pub const PEER: &str = "peer";
+
+/// The session terms a secure battery's plans carry.
+pub fn secure_terms() -> pb::AggregationTerms {
+    pb::AggregationTerms {
+        session: vec![5; 32],
+        roster: vec![PEER.into(), SUBJECT.into()],
+        threshold: 0,
+    }
 }
 
 impl Subject {
@@ -124,6 +149,47 @@ impl Subject {
             service: PartyService::new(Arc::new(node)),
             runs: Vec::new(),
             next_step: Default::default(),
+            announcements: Vec::new(),
+            peer: None,
+            peer_announcements: Vec::new(),
+        }
+    }
+
+    /// A subject with a TLS identity, and a peer party over `peer_rows` certified by the
+    /// same CA, so that its plans may aggregate securely.
+    pub fn secure(
+        rows: Columns,
+        peer_rows: Columns,
+        spec: &ModelSpec,
+        budget: BudgetConfig,
+    ) -> Subject {
+        let dir = tempfile::tempdir().unwrap();
+        fedmcmc_party::tls::issue(dir.path(), &[SUBJECT.into(), PEER.into()]).unwrap();
+        let node = |name: &str, rows| {
+            let identity = fedmcmc_party::aggregation::Identity::load(
+                &fedmcmc_party::tls::files_for(dir.path(), name),
+            )
+            .unwrap();
+            let node = PartyNode::new(
+                name.into(),
+                spec.build().unwrap(),
+                rows,
+                Neighbours::Substitute,
+                Budget::new(budget).unwrap(),
+                (Ledger::in_memory().unwrap(), Vec::new()),
+            )
+            .unwrap()
+            .with_identity(identity);
+            PartyService::new(Arc::new(node))
+        };
+        let (subject, peer) = (node(SUBJECT, rows), node(PEER, peer_rows));
+        Subject {
+            service: subject,
+            runs: Vec::new(),
+            next_step: Default::default(),
+            announcements: Vec::new(),
+            peer: Some((peer, dir)),
+            peer_announcements: Vec::new(),
         }
     }
 
@@ -160,6 +226,12 @@ impl Subject {
                     plan: Some(plan.clone()),
                     model_fingerprint: fingerprint.into(),
                 };
+                // The peer is asked the same plan; its decision is not the subject's.
+                if let (Some((peer, _)), Some(_)) = (&self.peer, &plan.aggregation) {
+                    let g = peer.open_run(Request::new(req.clone())).await;
+                    let a = g.ok().and_then(|g| g.into_inner().announcement);
+                    self.peer_announcements.push(a);
+                }
                 match self.service.open_run(Request::new(req)).await {
                     Ok(g) => {
                         let g = g.into_inner();
@@ -171,6 +243,7 @@ impl Subject {
                             assert!(v.is_finite(), "grant with {what} = {v} for {plan:?}");
                         }
                         self.runs.push(g.run_id);
+                        self.announcements.push(g.announcement);
                         Decision::Granted {
                             tau: g.tau.to_bits(),
                             noise_multiplier: g.noise_multiplier.to_bits(),
@@ -253,6 +326,31 @@ impl Subject {
                             replayed: c.replayed,
                         }
                     }
+                    Err(s) => refused(s),
+                }
+            }
+            Call::Join(run) => {
+                // The k-th grant's announcement and the peer's for the same plan (the peer
+                // granted its plans in the subject's order where both did).
+                let own = match run {
+                    RunRef::Slot(k) => self.announcements.get(*k).cloned().flatten(),
+                    RunRef::Unknown => None,
+                };
+                let peer = own.as_ref().and_then(|o| {
+                    self.peer_announcements
+                        .iter()
+                        .flatten()
+                        .find(|p| p.multiplier == o.multiplier && p.roster == o.roster)
+                        .cloned()
+                });
+                let req = pb::JoinAggregationRequest {
+                    run_id: self.run_id(*run),
+                    announcements: own.into_iter().chain(peer).collect(),
+                };
+                match self.service.join_aggregation(Request::new(req)).await {
+                    Ok(j) => Decision::Joined {
+                        multiplier: j.into_inner().multiplier.to_bits(),
+                    },
                     Err(s) => refused(s),
                 }
             }
@@ -350,6 +448,28 @@ impl Neighbouring {
         substitute: &[f64],
         budget: BudgetConfig,
     ) -> Self {
+        Self::with(spec, n, row, substitute, budget, false)
+    }
+
+    /// [`Neighbouring::new`] with TLS identities and a peer each, for secure plans.
+    pub fn new_secure(
+        spec: &ModelSpec,
+        n: usize,
+        row: usize,
+        substitute: &[f64],
+        budget: BudgetConfig,
+    ) -> Self {
+        Self::with(spec, n, row, substitute, budget, true)
+    }
+
+    fn with(
+        spec: &ModelSpec,
+        n: usize,
+        row: usize,
+        substitute: &[f64],
+        budget: BudgetConfig,
+        secure: bool,
+    ) -> Self {
         let model: Arc<dyn Model> = spec.build().unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
         let rows = model.simulate(&spec.true_theta(), n, &mut rng);
@@ -358,9 +478,20 @@ impl Neighbouring {
             columns[j][row] = *v;
         }
         let other = Columns::from_columns(columns).unwrap();
+        let (a, b) = if secure {
+            (
+                Subject::secure(rows.clone(), rows.clone(), spec, budget),
+                Subject::secure(other, rows, spec, budget),
+            )
+        } else {
+            (
+                Subject::new(rows, spec, budget),
+                Subject::new(other, spec, budget),
+            )
+        };
         Neighbouring {
-            a: Subject::new(rows, spec, budget),
-            b: Subject::new(other, spec, budget),
+            a,
+            b,
             fingerprint: model.fingerprint(),
         }
     }
