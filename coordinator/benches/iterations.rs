@@ -10,19 +10,21 @@
 //! clip 2, δ = 0.1/n. The budget is set large (ε = 1e6) so the run is long enough to time;
 //! the budget does not change the work per iteration.
 //!
-//! Last, the full-data penalty's proposals (random walk, OCU, guided walk) on the flat banana
-//! at d = 10 (issue 13).
+//! Then the full-data penalty's proposals (random walk, OCU, guided walk) on the flat banana
+//! at d = 10 (issue 13). Last (issue 22), the full-data penalty with secure aggregation
+//! (exact discrete shares, masked) against plain releases, in-process and over gRPC.
 //!
 //! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS] [SECTION…]`, where a
-//! section is `penalty`, `variants`, `hmc`, `glm` or `proposals` (all of them by default).
+//! section is `penalty`, `variants`, `hmc`, `glm`, `proposals` or `secure` (all of them by
+//! default).
 use std::sync::Arc;
 use std::time::Instant;
 
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::federation::grpc::GrpcParty;
-use fedmcmc_coordinator::federation::local::nodes;
-use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle};
+use fedmcmc_coordinator::federation::local::{identified, nodes};
+use fedmcmc_coordinator::federation::{Federation, NoiseChoice, PartyHandle, secure};
 use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, Quiet, SamplerConfig};
 use fedmcmc_coordinator::variant::Variant;
@@ -71,9 +73,15 @@ async fn time_chains<P: PartyHandle>(
         Variant::Barker { .. } => (0.0, NoiseChoice::Calibrate),
         _ => (2.0, NoiseChoice::Tau(0.1)),
     };
-    let plans = variant
+    let mut plans = variant
         .plans(&infos, chains, iterations, clip, noise)
         .unwrap();
+    // Secure aggregation at the same noise in the sum (`federation::secure`).
+    if let (Some(t), NoiseChoice::Tau(tau)) = (federation.threshold(), noise) {
+        for (plan, p) in plans.iter_mut().zip(&infos) {
+            plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &infos, t));
+        }
+    }
     federation.open(&plans, &model).await.unwrap();
     let config = SamplerConfig {
         variant,
@@ -132,7 +140,60 @@ async fn serve(
     (Federation::new(handles), stops)
 }
 
-const SECTIONS: [&str; 5] = ["penalty", "variants", "hmc", "glm", "proposals"];
+const SECTIONS: [&str; 6] = ["penalty", "variants", "hmc", "glm", "proposals", "secure"];
+
+/// The full-data penalty, 1 chain, with plain releases and with secure aggregation (t = 0),
+/// in-process and over gRPC loopback (in-memory ledgers), in one run.
+async fn secure_section(s: &Setting, iterations: u64) {
+    println!(
+        "{:<44} {:>10} {:>10} {:>8}",
+        "full-data penalty, 1 chain", "plain it/s", "secure it/s", "ratio"
+    );
+    let penalty = (Variant::Penalty, ProposalKind::Rw);
+    let certificates = tempfile::tempdir().unwrap();
+    let made = std::cell::Cell::new(0);
+    let secure_nodes = || {
+        made.set(made.get() + 1);
+        let dir = certificates.path().join(format!("ca-{}", made.get()));
+        identified(
+            nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+            &dir,
+        )
+        .unwrap()
+    };
+    let local = Arc::new(Federation::new(
+        nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+    ));
+    let plain = time_chains(local, &s.spec, penalty, 1, iterations).await.0;
+    let local = Arc::new(Federation::new(secure_nodes()));
+    local.aggregate_securely(Some(0));
+    let secure = time_chains(local, &s.spec, penalty, 1, iterations).await.0;
+    println!(
+        "{:<44} {plain:>10.0} {secure:>10.0} {:>8.2}",
+        "in-process",
+        secure / plain
+    );
+    let (grpc, stops) = serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
+    let plain = time_chains(Arc::new(grpc), &s.spec, penalty, 1, iterations)
+        .await
+        .0;
+    stops.into_iter().for_each(|s| {
+        let _ = s.send(());
+    });
+    let (grpc, stops) = serve(secure_nodes()).await;
+    grpc.aggregate_securely(Some(0));
+    let secure = time_chains(Arc::new(grpc), &s.spec, penalty, 1, iterations)
+        .await
+        .0;
+    stops.into_iter().for_each(|s| {
+        let _ = s.send(());
+    });
+    println!(
+        "{:<44} {plain:>10.0} {secure:>10.0} {:>8.2}",
+        "gRPC loopback",
+        secure / plain
+    );
+}
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -169,6 +230,7 @@ fn main() {
             println!();
             match section {
                 "penalty" => federations(&s, dir.path(), iterations).await,
+                "secure" => secure_section(&s, iterations).await,
                 "variants" => variants(&s, iterations).await,
                 "hmc" => hmc(&s, dir.path(), iterations).await,
                 "glm" => glm(&s.budget, iterations).await,

@@ -107,6 +107,8 @@ async fn main() {
                         let parties = nodes(&spec, data.split(3), budget, None).unwrap();
                         let federation = Arc::new(Federation::new(parties));
                         let settings = JobSettings {
+                            aggregation: Default::default(),
+                            collusion: 0,
                             variant,
                             chains: 4,
                             iterations: None,

@@ -151,6 +151,7 @@ impl InitialiserSettings {
                     batch_size: None,
                     barker_variance: None,
                     hmc: None,
+                    aggregation: None,
                 })
             })
             .collect()

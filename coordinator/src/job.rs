@@ -15,7 +15,9 @@ use fedmcmc_common::proposal::ProposalKind;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::federation::{Closed, Federation, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan};
+use crate::federation::{
+    Closed, Federation, Grant, NoiseChoice, PartyHandle, PartyInfo, RunPlan, secure,
+};
 use crate::initialiser::{self, Initialised, InitialiserSettings};
 use crate::interrupt::{Signal, Stop};
 use crate::output;
@@ -40,6 +42,10 @@ pub struct JobSettings {
     pub adapt: bool,
     pub target_accept: f64,
     pub seed: u64,
+    /// Secure aggregation or plain releases (`auto`: secure where every party and the
+    /// variant allow), and the parties that may collude with the coordinator.
+    pub aggregation: secure::Aggregation,
+    pub collusion: u32,
 }
 
 /// Where the chains start, and how the output should label it.
@@ -116,6 +122,16 @@ pub async fn run<P: PartyHandle>(
 ) -> anyhow::Result<JobResult> {
     let parties = federation.describe().await?;
     check_parties(&parties, model.as_ref(), &settings.variant)?;
+    let (threshold, aggregation) = secure::choose(
+        &parties,
+        settings.variant.party_variant(),
+        settings.aggregation,
+        settings.collusion,
+    )
+    .map_err(anyhow::Error::msg)?;
+    tracing::info!(%aggregation, "aggregation");
+    federation.aggregate_securely(threshold);
+    comments.push(("aggregation".to_string(), aggregation));
     if settings.variant == Variant::Summaries {
         if let Start::Given(inits) = &start {
             anyhow::bail!(
@@ -126,9 +142,21 @@ pub async fn run<P: PartyHandle>(
         return crate::summaries::run(&federation, model, parties, settings, out, comments, stop)
             .await;
     }
+    // Under secure aggregation a party's multiplier is τ over the rows whose pooled noise
+    // protects it (`federation::secure`): planned as if it held them.
     let plan = |parties: &[PartyInfo]| {
+        let protected: Vec<PartyInfo> = match threshold {
+            Some(t) => parties
+                .iter()
+                .map(|p| PartyInfo {
+                    rows: secure::protecting_rows(parties, t).floor() as u64,
+                    ..p.clone()
+                })
+                .collect(),
+            None => parties.to_vec(),
+        };
         planning::plan(
-            parties,
+            &protected,
             &settings.variant,
             settings.chains,
             settings.tau,
@@ -190,7 +218,7 @@ pub async fn run<P: PartyHandle>(
     config.check(&inits.points, model.dim())?;
     check_draws(&config)?;
     output::prepare_dir(out)?;
-    let plans = settings
+    let mut plans = settings
         .variant
         .plans(
             &parties,
@@ -200,6 +228,11 @@ pub async fn run<P: PartyHandle>(
             planned.noise,
         )
         .map_err(anyhow::Error::msg)?;
+    if let (Some(t), NoiseChoice::Tau(tau)) = (threshold, planned.noise) {
+        for (plan, p) in plans.iter_mut().zip(&parties) {
+            plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &parties, t));
+        }
+    }
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }

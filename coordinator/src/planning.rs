@@ -119,6 +119,7 @@ mod tests {
             epsilon_committed: 0.0,
             mu_remaining: max_mu(epsilon, delta).unwrap(),
             variants: Vec::new(),
+            secure_aggregation: false,
         }
     }
 

@@ -12,6 +12,7 @@ use tonic::transport::ClientTlsConfig;
 use crate::checkpoint::Checkpoint;
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::federation::secure::Aggregation;
 use crate::initialiser::{self, InitChoice, InitialiserSettings};
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings, Start};
@@ -83,6 +84,13 @@ pub struct SamplerSection {
     /// its gradient releases (default 40 + 30·d: [`initialiser::default_steps`]).
     pub init_share: Option<f64>,
     pub init_steps: Option<u64>,
+    /// `"auto"` (the default: secure aggregation where every party and the variant allow),
+    /// `"secure"` or `"plain"`; and the parties that may collude with the coordinator
+    /// (default 0: each of P parties adds 1/P of the noise).
+    #[serde(default)]
+    pub aggregation: Aggregation,
+    #[serde(default)]
+    pub collusion: u32,
 }
 
 /// The route when the run config names no variant, from public facts alone (the model):
@@ -332,6 +340,8 @@ async fn job(
         .check_proposal(s.proposal)
         .map_err(anyhow::Error::msg)?;
     let settings = JobSettings {
+        aggregation: s.aggregation,
+        collusion: s.collusion,
         variant,
         chains: s.chains,
         iterations: s.iterations,

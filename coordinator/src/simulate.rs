@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 use crate::checkpoint::Checkpoint;
 use crate::federation::Federation;
 use crate::federation::grpc::GrpcParty;
+use crate::federation::secure::Aggregation;
 use crate::initialiser::{self, InitChoice, InitialiserSettings};
 use crate::interrupt::Stop;
 use crate::job::{self, Inits, JobSettings, Start};
@@ -308,6 +309,16 @@ pub struct SimulateArgs {
     /// rounds after the climb: 100 at d = 2].
     #[arg(long)]
     pub init_steps: Option<u64>,
+    /// How the parties' releases are summed: `secure` (each party adds a share of one
+    /// noise, masked so that only the sum decodes; Heikkilä et al. 2017, Kairouz, Liu &
+    /// Steinke 2021), `plain` (each adds all of its noise), or `auto`: secure where every
+    /// party and the variant allow [default: auto].
+    #[arg(long, value_enum)]
+    pub aggregation: Option<Aggregation>,
+    /// Secure aggregation: parties that may collude with the coordinator; each of P parties
+    /// adds 1/(P − collusion) of the noise [default: 0].
+    #[arg(long)]
+    pub collusion: Option<u32>,
     /// Output directory [default: out/sim-<unix time>-<process id>].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -351,6 +362,8 @@ fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
         init: flags.init.or(file.init),
         init_share: flags.init_share.or(file.init_share),
         init_steps: flags.init_steps.or(file.init_steps),
+        aggregation: flags.aggregation.or(file.aggregation),
+        collusion: flags.collusion.or(file.collusion),
         out: flags.out.or(file.out),
         insecure: flags.insecure.or(file.insecure),
         model_spec: file.model_spec,
@@ -497,6 +510,8 @@ impl Simulation {
             epsilon: args.epsilon.unwrap_or(6.0),
             delta: args.delta.unwrap_or(0.1 / rows as f64),
             job: JobSettings {
+                aggregation: args.aggregation.unwrap_or_default(),
+                collusion: args.collusion.unwrap_or(0),
                 variant,
                 chains: args.chains.unwrap_or(4),
                 iterations,

@@ -319,6 +319,7 @@ impl Variant {
             batch_size: None,
             barker_variance: None,
             hmc: None,
+            aggregation: None,
         };
         let (batch, min) = match *self {
             Variant::Penalty | Variant::SufficientStatistics => {
@@ -380,11 +381,11 @@ impl Variant {
                         barker_variance: Some(c * p.rows as f64 / total as f64),
                         clip: 0.0,
                         noise: NoiseChoice::Calibrate,
-                        ..base
+                        ..base.clone()
                     },
                     _ => RunPlan {
                         batch_size: Some(b),
-                        ..base
+                        ..base.clone()
                     },
                 })
             })

@@ -85,6 +85,7 @@ async fn a_party_that_accepts_but_never_answers_ends_every_call_within_its_bound
         batch_size: None,
         barker_variance: None,
         hmc: None,
+        aggregation: None,
     };
     let start = Instant::now();
     let result = party.open_run(&plan, "fingerprint").await.map(drop);
@@ -214,6 +215,8 @@ async fn a_party_frozen_mid_run_ends_the_job_within_the_bound_naming_it() {
     let federation = Arc::new(Federation::new(handles));
     let chains = 2;
     let settings = JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant: Variant::Penalty,
         chains,
         iterations: Some(2000),

@@ -91,15 +91,25 @@ async fn under_heavy_gradient_noise_the_point_lands_near_the_mode_of_a_ridge() {
             let round = sigma / ((2 * dim) as f64).sqrt() / lambda;
             // In posterior sds (1/√λ along the eigenvector), and in units of r.
             let sds = off * lambda.sqrt();
-            assert!(sds.abs() < 5.0, "seed {seed}, along (1, {sign}): {sds} sds from the mean");
+            assert!(
+                sds.abs() < 5.0,
+                "seed {seed}, along (1, {sign}): {sds} sds from the mean"
+            );
             misses[k].push(off.abs() / round);
         }
     }
     for (k, mut m) in misses.into_iter().enumerate() {
         m.sort_by(f64::total_cmp);
         let median = (m[11] + m[12]) / 2.0;
-        println!("along (1, {}): |miss|/r median {median:.2}, max {:.2}", directions[k].0, m[23]);
-        assert!(median <= 1.5, "median miss {median}·r along (1, {})", directions[k].0);
+        println!(
+            "along (1, {}): |miss|/r median {median:.2}, max {:.2}",
+            directions[k].0, m[23]
+        );
+        assert!(
+            median <= 1.5,
+            "median miss {median}·r along (1, {})",
+            directions[k].0
+        );
     }
 }
 

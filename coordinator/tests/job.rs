@@ -103,6 +103,8 @@ fn setup_failing(fail_first: bool) -> Setup {
 
 fn settings(iterations: u64) -> JobSettings {
     JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant: fedmcmc_coordinator::variant::Variant::Penalty,
         chains: CHAINS,
         iterations: Some(iterations),

@@ -90,6 +90,8 @@ async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
         ("liar".to_string(), Liar { node: liar, lie }),
     ]);
     let settings = JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant: Variant::Penalty,
         proposal: ProposalKind::Rw,
         chains: 2,

@@ -45,6 +45,8 @@ fn parties(model: &ModelSpec) -> Vec<(String, Arc<PartyNode>)> {
 
 fn settings() -> JobSettings {
     JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant: Variant::Penalty,
         proposal: ProposalKind::Rw,
         chains: CHAINS,
@@ -263,6 +265,8 @@ async fn summaries_job<P: PartyHandle>(
     out: std::path::PathBuf,
 ) -> anyhow::Result<JobResult> {
     let settings = JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant: Variant::Summaries,
         chains: 4,
         iterations: None,

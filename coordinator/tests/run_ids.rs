@@ -45,6 +45,7 @@ impl PartyHandle for Stub {
             epsilon_committed: 0.0,
             mu_remaining: 1.0,
             variants: vec!["full-penalty".into()],
+            secure_aggregation: false,
         })
     }
     async fn open_run(&self, _: &RunPlan, _: &str) -> Result<Grant, CallError> {
@@ -57,12 +58,14 @@ impl PartyHandle for Stub {
             run_epsilon: 0.1,
             epsilon_committed: 0.0,
             lease: Duration::from_secs(60),
+            announcement: None,
         })
     }
     async fn step(&self, _: &str, _: u32, _: u64, q: Query<'_>) -> Result<Contribution, CallError> {
         Ok(Contribution {
             value: vec![0.0; q.released_len()],
             noise_variance: 0.0,
+            masked: None,
         })
     }
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
@@ -84,6 +87,7 @@ const PLAN: RunPlan = RunPlan {
     batch_size: None,
     barker_variance: None,
     hmc: None,
+    aggregation: None,
 };
 
 const QUERY: Query<'static> = Query::LogLikRatio {

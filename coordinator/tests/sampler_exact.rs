@@ -17,8 +17,8 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::diagnostics;
 use fedmcmc_common::models::{ExactPosterior, Family, GlmSpec, Model, ModelSpec};
 use fedmcmc_common::proposal::ProposalKind;
-use fedmcmc_coordinator::federation::local::nodes;
-use fedmcmc_coordinator::federation::{Federation, NoiseChoice};
+use fedmcmc_coordinator::federation::local::{identified, nodes};
+use fedmcmc_coordinator::federation::{Federation, NoiseChoice, secure};
 use fedmcmc_coordinator::interrupt::Stop;
 use fedmcmc_coordinator::sampler::{self, ChainTrace, Quiet, SamplerConfig};
 use fedmcmc_coordinator::variant::Variant;
@@ -86,6 +86,9 @@ struct Run {
     adapt: bool,
     penalise: bool,
     seed: u64,
+    /// Secure aggregation (t = 0) instead of plain releases, at the same τ: the same noise
+    /// in the sum, each party adding a share of it.
+    secure: bool,
 }
 
 /// Runs `CHAINS` chains over `parties` in-process parties, started at the exact mean.
@@ -113,6 +116,7 @@ async fn sample_from(
         adapt,
         penalise,
         seed,
+        secure,
     } = run;
     let budget = BudgetConfig {
         epsilon: 1e15,
@@ -129,15 +133,27 @@ async fn sample_from(
             (name, Arc::new(node.with_seeded_noise(seed ^ (i << 32))))
         })
         .collect();
+    let certificates = tempfile::tempdir().unwrap();
+    let nodes = if secure {
+        identified(nodes, certificates.path()).unwrap()
+    } else {
+        nodes
+    };
     let federation = Arc::new(Federation::new(nodes));
     let infos = federation.describe().await.unwrap();
     let noise = match variant {
         Variant::Barker { .. } => NoiseChoice::Calibrate,
         _ => NoiseChoice::Tau(tau),
     };
-    let plans = variant
+    let mut plans = variant
         .plans(&infos, CHAINS, iterations, clip, noise)
         .unwrap();
+    if secure {
+        federation.aggregate_securely(Some(0));
+        for (plan, p) in plans.iter_mut().zip(&infos) {
+            plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &infos, 0));
+        }
+    }
     federation.open(&plans, model).await.unwrap();
     let config = SamplerConfig {
         variant,
@@ -312,6 +328,7 @@ async fn non_private_limit_matches_the_exact_posterior() {
                 adapt: true,
                 penalise: true,
                 seed: 17,
+                secure: false,
             },
         )
         .await;
@@ -322,6 +339,77 @@ async fn non_private_limit_matches_the_exact_posterior() {
         );
         assert_matches_exact(name, &s, &traces);
     }
+}
+
+/// Secure aggregation changes who adds the noise, not the chain: in the non-private limit
+/// the same three targets as plain releases match their exact posteriors, each party
+/// answering a masked share that only the sum decodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_aggregation_in_the_non_private_limit_matches_the_exact_posterior() {
+    for (name, spec) in [
+        ("gaussian", gaussian()),
+        ("banana", ModelSpec::flat_banana(2)),
+        (
+            "gaussian GLM",
+            ModelSpec::Glm(GlmSpec::example(Family::Gaussian, 3)),
+        ),
+    ] {
+        println!("{name} (secure):");
+        let s = setup(spec, 30_000, 5);
+        let traces = sample(
+            &s,
+            Run {
+                variant: Variant::Penalty,
+                proposal: RW,
+                iterations: ITERATIONS,
+                parties: 3,
+                tau: 1e-6,
+                clip: 100.0,
+                proposal_sd: 0.01,
+                adapt: true,
+                penalise: true,
+                seed: 17,
+                secure: true,
+            },
+        )
+        .await;
+        assert!(mean_noise_variance(&traces) < 1e-4);
+        assert_matches_exact(name, &s, &traces);
+    }
+}
+
+/// Under secure aggregation the sum carries the same noise as plain releases at the same τ
+/// (Σσ² between 1 and 4), now the parties' shares: the penalty with the shares' summed
+/// variance still gives the exact posterior, and without it the chain is detectably wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_secure_aggregation_the_penalty_corrects_the_shared_noise() {
+    let s = setup(gaussian(), 30_000, 6);
+    let mut worst = Vec::new();
+    for penalise in [true, false] {
+        let traces = sample(
+            &s,
+            Run {
+                variant: Variant::Penalty,
+                proposal: RW,
+                iterations: ITERATIONS,
+                parties: 3,
+                tau: 0.05,
+                clip: 10.0,
+                proposal_sd: 0.006,
+                adapt: false,
+                penalise,
+                seed: 23,
+                secure: true,
+            },
+        )
+        .await;
+        let noise = mean_noise_variance(&traces);
+        println!("secure, penalise = {penalise}: mean Σσ² = {noise:.3}");
+        assert!((1.0..=4.0).contains(&noise), "mean Σσ² = {noise}");
+        worst.push(worst_z(&s, &traces));
+    }
+    assert!(worst[0] < 4.0, "penalised chain: worst |z| {}", worst[0]);
+    assert!(worst[1] > 6.0, "uncorrected chain: worst |z| {}", worst[1]);
 }
 
 /// The non-private limit of the full-data DP penalty on the thesis's hardest shapes for a
@@ -354,6 +442,7 @@ async fn thesis_gaussians_match_their_exact_posteriors() {
                 adapt: true,
                 penalise: true,
                 seed: 59,
+                secure: false,
             },
         )
         .await;
@@ -390,6 +479,7 @@ async fn one_component_proposals_match_the_exact_posterior() {
                 adapt: true,
                 penalise: true,
                 seed: 71,
+                secure: false,
             },
         )
         .await;
@@ -424,6 +514,7 @@ async fn circle_mean_is_the_origin() {
             adapt: true,
             penalise: true,
             seed: 61,
+            secure: false,
         },
     )
     .await;
@@ -470,6 +561,7 @@ async fn the_penalty_corrects_substantial_noise_and_its_absence_shows() {
                 adapt: false,
                 penalise,
                 seed: 23,
+                secure: false,
             },
         )
         .await;
@@ -507,6 +599,7 @@ async fn one_party_and_three_parties_agree() {
             adapt: true,
             penalise: true,
             seed: 31,
+            secure: false,
         },
     )
     .await;
@@ -523,6 +616,7 @@ async fn one_party_and_three_parties_agree() {
             adapt: true,
             penalise: true,
             seed: 37,
+            secure: false,
         },
     )
     .await;
@@ -559,6 +653,7 @@ async fn minibatch_penalty_matches_the_tempered_posterior() {
             adapt: false,
             penalise: true,
             seed: 41,
+            secure: false,
         },
     )
     .await;
@@ -601,6 +696,7 @@ async fn one_component_proposals_with_the_minibatch_penalty_match_the_exact_post
                 adapt: true,
                 penalise: true,
                 seed: 73,
+                secure: false,
             },
         )
         .await;
@@ -635,6 +731,7 @@ async fn barker_matches_the_tempered_posterior() {
             adapt: false,
             penalise: true,
             seed: 43,
+            secure: false,
         },
     )
     .await;
@@ -689,6 +786,7 @@ async fn hmc_in_the_non_private_limit_matches_the_exact_posterior() {
                 adapt: true,
                 penalise: true,
                 seed: 47,
+                secure: false,
             },
         )
         .await;
@@ -730,6 +828,7 @@ async fn hmc_with_large_noise_keeps_its_target() {
         adapt: false,
         penalise: true,
         seed: 53,
+        secure: false,
     };
     let quiet = sample(&s, run(1e-6, 1e-6)).await;
     let noisy = sample(&s, run(0.003, 0.02)).await;
@@ -834,6 +933,7 @@ async fn glms_match_a_pooled_non_private_chain() {
                 adapt: true,
                 penalise: true,
                 seed: 67,
+                secure: false,
             },
         )
         .await;
@@ -900,6 +1000,7 @@ async fn sufficient_statistics_and_per_row_ratios_agree_on_the_gaussian_glm() {
         adapt: true,
         penalise: true,
         seed: 59,
+        secure: false,
     };
     let per_row = sample(&s, run(Variant::Penalty)).await;
     let sufficient = sample(&s, run(Variant::SufficientStatistics)).await;

@@ -54,6 +54,8 @@ fn federated(spec: &ModelSpec, rows: usize, epsilon: f64, seed: u64) -> Federate
 
 fn settings(variant: Variant, tau: Option<f64>) -> JobSettings {
     JobSettings {
+        aggregation: Default::default(),
+        collusion: 0,
         variant,
         chains: 4,
         iterations: None,

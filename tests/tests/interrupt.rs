@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
 
 use fedmcmc_common::accountant::{Composition, MechanismKind, Release, StatedError};
+use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_party::config::PartyConfig;
 use fedmcmc_system_tests::{
     PartyProcess, bin, describe_as, simulated_federation, write_run_config,
@@ -160,12 +161,20 @@ fn epsilon_of<'a>(
         })
         .collect();
     let composition = Composition::new(releases, config.neighbours).unwrap();
+    // The party asks its accountant at (ε, δ) less its exact-noise reservation and states
+    // ε with the reservation added back (`fedmcmc_common::mechanism`).
+    let (eps, delta) = accounting_budget(config.budget.epsilon, config.budget.delta);
     let answer = config
         .budget
         .accountant
-        .epsilon(&composition, config.budget.delta)
+        .epsilon(&composition, delta)
         .unwrap();
-    let epsilon = answer.estimate.value;
+    let reserved = if composition.releases().is_empty() {
+        0.0
+    } else {
+        config.budget.epsilon - eps
+    };
+    let epsilon = answer.estimate.value + reserved;
     let tolerance = match answer.estimate.error {
         StatedError::Discretisation {
             epsilon_additive, ..

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_party::aggregation::share;
 use fedmcmc_party::ledger::{HmcTerms, RunTerms};
 use fedmcmc_party::release::expected;
 use fedmcmc_party::statistics::minibatch::barker_noise_multiplier;
@@ -157,5 +158,55 @@ impl Audit {
             ));
         }
         Ok(())
+    }
+
+    /// Checks one party's masked share under secure aggregation with common multiplier
+    /// `multiplier` and `honest` honest parties: the entries, the grid and the share's
+    /// variance an honest party adds (`fedmcmc_party::aggregation::share`). Returns the
+    /// bound on its statistic's entries, for the check of the decoded sum.
+    pub fn check_share(
+        &self,
+        model: &dyn Model,
+        step: u64,
+        query: Query<'_>,
+        answer: &Contribution,
+        (multiplier, honest, parties): (f64, u32, usize),
+    ) -> Result<f64, String> {
+        let calibration = expected(model, &self.terms, self.rows, self.neighbours, step, query)
+            .map_err(|e| format!("answered step {step}, which its own rules refuse ({e})"))?;
+        let len = query.released_len();
+        let Some(masked) = answer.masked.as_ref().filter(|m| m.steps.len() == len) else {
+            return Err(format!(
+                "answered step {step} of a secure run without a masked share of {len} entries"
+            ));
+        };
+        let share = share(
+            &calibration.bound,
+            self.neighbours,
+            multiplier,
+            (honest, parties),
+            len,
+        )
+        .map_err(|e| format!("answered step {step}, which its own rules refuse ({e})"))?;
+        let (variance, grid) = share.map_or((0.0, 1.0), |s| (s.variance(), s.grid));
+        if !close(answer.noise_variance, variance) || masked.grid != grid {
+            return Err(format!(
+                "stated a share of noise variance {:e} on grid {:e} at step {step}, where the run's common multiplier {multiplier} over {honest} honest parties gives {variance:e} on grid {grid:e}",
+                answer.noise_variance, masked.grid
+            ));
+        }
+        Ok(calibration.bound.statistic)
+    }
+}
+
+/// Checks a decoded secure sum: every entry within the parties' statistic bounds (summed)
+/// plus [`NOISE_SDS`] of the sum's noise.
+pub fn check_sum(step: u64, sum: &Contribution, statistic: f64) -> Result<(), String> {
+    let reach = statistic * (1.0 + ROUNDING) + NOISE_SDS * sum.noise_variance.sqrt();
+    match sum.value.iter().find(|v| !within(v.abs(), reach)) {
+        Some(v) => Err(format!(
+            "the parties' masked shares at step {step} decode to {v:e}, beyond what their clipped statistics (at most {statistic:e} together) and noise can reach: a share was not an honest one, or a party's masks did not cancel"
+        )),
+        None => Ok(()),
     }
 }

@@ -23,8 +23,8 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 use super::{
-    CallError, CallErrorKind, Closed, Contribution, Grant, NoiseChoice, PartyHandle, PartyInfo,
-    Query, RunPlan,
+    Announcement, CallError, CallErrorKind, Closed, Contribution, Grant, Masked, NoiseChoice,
+    PartyHandle, PartyInfo, Query, RunPlan,
 };
 
 /// Adds `authorization: Bearer <token>` to every call.
@@ -337,6 +337,7 @@ impl From<Status> for CallError {
             | Code::Unauthenticated
             | Code::PermissionDenied => CallErrorKind::Refused,
             Code::Unavailable | Code::DeadlineExceeded => CallErrorKind::Unavailable,
+            Code::Aborted => CallErrorKind::Unjoined,
             _ => CallErrorKind::Other,
         };
         CallError {
@@ -386,6 +387,7 @@ impl PartyHandle for GrpcParty {
                     variant_name(v).to_string()
                 })
                 .collect(),
+            secure_aggregation: d.secure_aggregation,
         })
     }
 
@@ -405,7 +407,11 @@ impl PartyHandle for GrpcParty {
                 leapfrog_steps: plan.hmc.map_or(0, |h| h.leapfrog_steps),
                 gradient_clip: plan.hmc.map_or(0.0, |h| h.gradient_clip),
                 gradient_tau: plan.hmc.map_or(0.0, |h| h.gradient_tau),
-                aggregation: None,
+                aggregation: plan.aggregation.as_ref().map(|t| pb::AggregationTerms {
+                    session: t.session.to_vec(),
+                    roster: t.roster.clone(),
+                    threshold: t.threshold,
+                }),
             }),
             model_fingerprint: fingerprint.to_string(),
         };
@@ -433,7 +439,11 @@ impl PartyHandle for GrpcParty {
             run_epsilon: g.run_epsilon,
             epsilon_committed: g.epsilon_committed,
             lease: std::time::Duration::from_secs(g.lease_seconds),
-            announcement: None,
+            announcement: g
+                .announcement
+                .map(fedmcmc_party::service::announcement_from_pb)
+                .transpose()
+                .map_err(CallError::from)?,
         })
     }
 
@@ -487,7 +497,30 @@ impl PartyHandle for GrpcParty {
                 });
             }
         };
-        if c.value.len() != query.released_len() || !c.value.iter().all(|v| v.is_finite()) {
+        let masked = (!c.masked.is_empty()).then(|| Masked {
+            steps: c
+                .masked
+                .chunks_exact(16)
+                .map(|b| u128::from_le_bytes(b.try_into().expect("16 bytes")))
+                .collect(),
+            grid: c.grid,
+        });
+        if let Some(m) = &masked
+            && (c.masked.len() != 16 * query.released_len() || !c.value.is_empty())
+        {
+            return Err(CallError {
+                kind: CallErrorKind::Other,
+                message: format!(
+                    "malformed masked contribution of {} bytes with {} plain entries, grid {}",
+                    c.masked.len(),
+                    c.value.len(),
+                    m.grid
+                ),
+            });
+        }
+        if masked.is_none()
+            && (c.value.len() != query.released_len() || !c.value.iter().all(|v| v.is_finite()))
+        {
             return Err(CallError {
                 kind: CallErrorKind::Other,
                 message: format!("malformed contribution {:?}", c.value),
@@ -502,7 +535,33 @@ impl PartyHandle for GrpcParty {
         Ok(Contribution {
             value: c.value,
             noise_variance: c.noise_variance,
+            masked,
         })
+    }
+
+    async fn join_aggregation(
+        &self,
+        run_id: &str,
+        announcements: &[Announcement],
+    ) -> Result<f64, CallError> {
+        let request = pb::JoinAggregationRequest {
+            run_id: run_id.to_string(),
+            announcements: announcements
+                .iter()
+                .cloned()
+                .map(fedmcmc_party::service::announcement_to_pb)
+                .collect(),
+        };
+        // Idempotent: a party answers a repeated join with the same announcements alike.
+        let what = format!("JoinAggregation of run {run_id}");
+        let r = retried(&what, transient, self.deadlines, || {
+            let mut client = self.client.clone();
+            let request = request.clone();
+            async move { client.join_aggregation(request).await }
+        })
+        .await?
+        .into_inner();
+        Ok(r.multiplier)
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {

@@ -9,8 +9,8 @@ use fedmcmc_party::node::Plan;
 use fedmcmc_party::release::StepKey;
 
 use super::{
-    CallError, CallErrorKind, Closed, Contribution, Grant, NoiseChoice, PartyHandle, PartyInfo,
-    Query, RunPlan,
+    Announcement, CallError, CallErrorKind, Closed, Contribution, Grant, Masked, NoiseChoice,
+    PartyHandle, PartyInfo, Query, RunPlan,
 };
 
 impl From<PartyError> for CallError {
@@ -21,6 +21,7 @@ impl From<PartyError> for CallError {
             | PartyError::NotFound(_)
             | PartyError::FailedPrecondition(_)
             | PartyError::Unimplemented(_) => CallErrorKind::Refused,
+            PartyError::Unjoined(_) => CallErrorKind::Unjoined,
             PartyError::Ledger(_) => CallErrorKind::Other,
         };
         CallError {
@@ -45,6 +46,7 @@ impl PartyHandle for Arc<PartyNode> {
             epsilon_committed: d.epsilon_committed,
             mu_remaining: d.mu_remaining,
             variants: d.variants.iter().map(|v| v.to_string()).collect(),
+            secure_aggregation: d.secure_aggregation,
         })
     }
 
@@ -63,7 +65,7 @@ impl PartyHandle for Arc<PartyNode> {
                 batch_size: plan.batch_size,
                 barker_variance: plan.barker_variance,
                 hmc: plan.hmc,
-                aggregation: None,
+                aggregation: plan.aggregation.clone(),
             },
             fingerprint,
         )
@@ -86,6 +88,10 @@ impl PartyHandle for Arc<PartyNode> {
         Ok(Contribution {
             value: c.value,
             noise_variance: c.noise_variance,
+            masked: c.masked.map(|m| Masked {
+                steps: m.steps,
+                grid: m.grid,
+            }),
         })
     }
 
@@ -125,6 +131,14 @@ impl PartyHandle for Arc<PartyNode> {
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
         Ok(PartyNode::close_run(self, run_id).await?)
     }
+
+    async fn join_aggregation(
+        &self,
+        run_id: &str,
+        announcements: &[Announcement],
+    ) -> Result<f64, CallError> {
+        Ok(PartyNode::join_aggregation(self, run_id, announcements.to_vec()).await?)
+    }
 }
 
 /// In-process party nodes over `parts` (one per part, named `party-1 …`), each with the
@@ -157,6 +171,28 @@ pub fn nodes(
         parties.push((name, Arc::new(node)));
     }
     Ok(parties)
+}
+
+/// The same in-process nodes, each given a TLS identity from a CA made in `dir` (for its
+/// name), so that they take part in secure aggregation as served parties with TLS do. Each
+/// node must have no other owner yet.
+pub fn identified(
+    parties: Vec<(String, Arc<PartyNode>)>,
+    dir: &std::path::Path,
+) -> anyhow::Result<Vec<(String, Arc<PartyNode>)>> {
+    let names: Vec<String> = parties.iter().map(|(n, _)| n.clone()).collect();
+    fedmcmc_party::tls::issue(dir, &names)?;
+    parties
+        .into_iter()
+        .map(|(name, node)| {
+            let node = Arc::into_inner(node)
+                .ok_or_else(|| anyhow::anyhow!("party {name} is shared already"))?;
+            let identity = fedmcmc_party::aggregation::Identity::load(
+                &fedmcmc_party::tls::files_for(dir, &name),
+            )?;
+            Ok((name, Arc::new(node.with_identity(identity))))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,13 +10,16 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
+use fedmcmc_party::secure::{Announcement, Terms};
 use futures::future::{join_all, try_join_all};
+pub use secure::Masked;
 
 pub mod audit;
 pub mod grpc;
 pub mod ids;
 pub mod local;
 pub mod recorded;
+pub mod secure;
 
 /// What a party tells about itself (DESIGN §2 `Describe`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -37,6 +40,9 @@ pub struct PartyInfo {
     /// refused before anything is spent.
     #[serde(default)]
     pub variants: Vec<String>,
+    /// Whether it takes part in secure aggregation.
+    #[serde(default)]
+    pub secure_aggregation: bool,
 }
 
 impl PartyInfo {
@@ -56,7 +62,7 @@ pub enum NoiseChoice {
 }
 
 /// One party's run: `chains × steps_per_chain` releases of `variant` (the parties' name).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunPlan {
     pub variant: &'static str,
     pub chains: u32,
@@ -70,6 +76,8 @@ pub struct RunPlan {
     pub barker_variance: Option<f64>,
     /// DP HMC: leapfrog steps and the gradient release's clip and τ.
     pub hmc: Option<HmcPlan>,
+    /// Secure aggregation's session (set by [`Federation::open`] for a secure run).
+    pub aggregation: Option<Terms>,
 }
 
 /// A party's grant and its final charge, and DP HMC's plan terms: the party's own types.
@@ -84,6 +92,9 @@ pub use fedmcmc_party::statistics::Query;
 pub struct Contribution {
     pub value: Vec<f64>,
     pub noise_variance: f64,
+    /// Secure aggregation: this party's masked share instead of `value` (never in a sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masked: Option<Masked>,
 }
 
 /// What went wrong with one call to one party.
@@ -102,6 +113,9 @@ pub enum CallErrorKind {
     Refused,
     /// The party could not be reached (retrying the same step is safe).
     Unavailable,
+    /// A secure run the party has not joined since it (re)started: relay the announcements
+    /// again, then ask again.
+    Unjoined,
     Other,
 }
 
@@ -112,6 +126,7 @@ impl std::fmt::Display for CallErrorKind {
             CallErrorKind::Refused => "refused",
             CallErrorKind::Unavailable => "unavailable",
             CallErrorKind::Other => "error",
+            CallErrorKind::Unjoined => "not joined",
         })
     }
 }
@@ -142,6 +157,30 @@ pub trait PartyHandle: Send + Sync + 'static {
         query: Query<'_>,
     ) -> impl Future<Output = Result<Contribution, CallError>> + Send;
     fn close_run(&self, run_id: &str) -> impl Future<Output = Result<Closed, CallError>> + Send;
+    /// Secure aggregation: relays every party's announcement; the party answers the run's
+    /// common noise multiplier. A handle that cannot says so.
+    fn join_aggregation(
+        &self,
+        _run_id: &str,
+        _announcements: &[Announcement],
+    ) -> impl Future<Output = Result<f64, CallError>> + Send {
+        async {
+            Err(CallError {
+                kind: CallErrorKind::Refused,
+                message: "this party handle does not take part in secure aggregation".into(),
+            })
+        }
+    }
+    /// The same join relayed again mid-run to a party that restarted: never part of a
+    /// job's record (a recorded job replays its first join, and the party may or may not
+    /// restart again).
+    fn rejoin_aggregation(
+        &self,
+        run_id: &str,
+        announcements: &[Announcement],
+    ) -> impl Future<Output = Result<f64, CallError>> + Send {
+        self.join_aggregation(run_id, announcements)
+    }
     /// [`PartyHandle::step`], computed apart from the caller's task where the handle can (an
     /// in-process party), so that the caller meanwhile computes another party's step; by
     /// default the step itself (a remote party computes apart anyway).
@@ -167,6 +206,8 @@ pub struct Federation<P> {
     /// Every run id each party has granted in this job, in party order, in lower case: a
     /// repeated one would merge two runs' records (on a file system that ignores case too).
     granted: Mutex<Vec<HashSet<String>>>,
+    /// Secure aggregation's threshold t for the runs opened next; `None` for plain releases.
+    threshold: Mutex<Option<u32>>,
 }
 
 /// A run open on every party: its model, and each party's run id and granted terms, in
@@ -175,6 +216,11 @@ struct OpenRun {
     model: Arc<dyn Model>,
     ids: Vec<String>,
     audits: Vec<audit::Audit>,
+    /// Secure aggregation: the run's common noise multiplier, its honest parties P − t and P.
+    secure: Option<(f64, u32, usize)>,
+    /// Secure aggregation: every party's announcement, relayed again to a party that
+    /// restarted mid-run.
+    announcements: Vec<Announcement>,
 }
 
 fn at(party: &str) -> impl Fn(CallError) -> FederationError + '_ {
@@ -193,7 +239,19 @@ impl<P: PartyHandle> Federation<P> {
             run: RwLock::new(None),
             described: Mutex::new(None),
             granted,
+            threshold: Mutex::new(None),
         }
+    }
+
+    /// Opens the runs that follow under secure aggregation tolerating `threshold` parties
+    /// colluding with the coordinator, or (`None`) with plain releases.
+    pub fn aggregate_securely(&self, threshold: Option<u32>) {
+        *self.threshold.lock().expect("threshold lock") = threshold;
+    }
+
+    /// The threshold the next runs open under, if secure.
+    pub fn threshold(&self) -> Option<u32> {
+        *self.threshold.lock().expect("threshold lock")
     }
 
     pub fn len(&self) -> usize {
@@ -233,10 +291,28 @@ impl<P: PartyHandle> Federation<P> {
             None => self.describe().await?,
         };
         let fingerprint = model.fingerprint();
+        let threshold = self.threshold();
+        let session = threshold
+            .map(|t| secure::session(&infos, t))
+            .transpose()
+            .map_err(|message| FederationError {
+                party: "(every party)".into(),
+                error: CallError {
+                    kind: CallErrorKind::Refused,
+                    message,
+                },
+            })?;
+        let plans: Vec<RunPlan> = plans
+            .iter()
+            .map(|p| RunPlan {
+                aggregation: session.clone(),
+                ..p.clone()
+            })
+            .collect();
         let results = join_all(
             self.parties
                 .iter()
-                .zip(plans)
+                .zip(&plans)
                 .map(|((_, p), plan)| p.open_run(plan, &fingerprint)),
         )
         .await;
@@ -244,10 +320,17 @@ impl<P: PartyHandle> Federation<P> {
             Some(i) => Err((i, results[i].as_ref().unwrap_err().clone())),
             None => self
                 .new_run_ids(&results)
-                .map_or_else(|| Self::audits(plans, &infos, &results), Err),
+                .map_or_else(|| Self::audits(&plans, &infos, &results), Err),
         };
-        let audits = match checked {
-            Ok(audits) => audits,
+        let checked = match (checked, threshold) {
+            (Ok(audits), Some(t)) => self.join(&results).await.map(|(m, announcements)| {
+                let p = self.parties.len();
+                (audits, Some((m, p as u32 - t, p)), announcements)
+            }),
+            (checked, _) => checked.map(|audits| (audits, None, Vec::new())),
+        };
+        let (audits, secure, announcements) = match checked {
+            Ok(audited) => audited,
             Err((i, error)) => {
                 for ((_, p), r) in self.parties.iter().zip(&results) {
                     if let Ok(g) = r {
@@ -262,8 +345,42 @@ impl<P: PartyHandle> Federation<P> {
             model: Arc::clone(model),
             ids: grants.iter().map(|g| g.run_id.clone()).collect(),
             audits,
+            secure,
+            announcements,
         }));
         Ok(grants)
+    }
+
+    /// Relays every grant's announcement to every party and takes the run's common noise
+    /// multiplier, which all must answer alike; or the first party that refused (a party
+    /// that finds a key substituted closes its run) or disagreed.
+    async fn join(
+        &self,
+        results: &[Result<Grant, CallError>],
+    ) -> Result<(f64, Vec<Announcement>), (usize, CallError)> {
+        let grants: Vec<Grant> = results.iter().flatten().cloned().collect();
+        let announcements = secure::announcements(&grants)?;
+        let joined = join_all(self.parties.iter().zip(&grants).map(|((_, p), g)| {
+            let announcements = &announcements;
+            async move { p.join_aggregation(&g.run_id, announcements).await }
+        }))
+        .await;
+        let mut common = None;
+        for (i, j) in joined.into_iter().enumerate() {
+            let m = j.map_err(|e| (i, e))?;
+            match common {
+                None => common = Some(m),
+                Some(c) if c == m => {}
+                Some(c) => {
+                    let message = format!(
+                        "answered the common noise multiplier {m}, where the parties before it answered {c}"
+                    );
+                    let kind = CallErrorKind::Other;
+                    return Err((i, CallError { kind, message }));
+                }
+            }
+        }
+        Ok((common.expect("a secure run has parties"), announcements))
     }
 
     /// Each grant checked against its plan and party, or the first party whose is not one.
@@ -315,29 +432,63 @@ impl<P: PartyHandle> Federation<P> {
         // join polls in order): in-process parties then compute at once, and if no other
         // core is free the steps started apart wait for this task's thread, not it for them.
         let last = self.parties.len().saturating_sub(1);
+        let announcements = &run.announcements;
         let answers = try_join_all(self.parties.iter().zip(&run.ids).enumerate().map(
             |(i, ((name, p), id))| async move {
-                let answer = if i < last {
-                    p.step_apart(id, chain, step, query).await
-                } else {
-                    p.step(id, chain, step, query).await
+                let ask = || async {
+                    if i < last {
+                        p.step_apart(id, chain, step, query).await
+                    } else {
+                        p.step(id, chain, step, query).await
+                    }
+                };
+                let answer = match ask().await {
+                    // A party restarted mid-run reads its session back from its ledger and
+                    // needs the announcements again before it answers.
+                    Err(e) if e.kind == CallErrorKind::Unjoined && !announcements.is_empty() => {
+                        p.rejoin_aggregation(id, announcements)
+                            .await
+                            .map_err(at(name))?;
+                        ask().await
+                    }
+                    answer => answer,
                 };
                 answer.map_err(at(name))
             },
         ))
         .await?;
+        let refused = |name: &str, message: String| {
+            let kind = CallErrorKind::Other;
+            at(name)(CallError { kind, message })
+        };
+        if let Some(secure) = run.secure {
+            let mut statistic = 0.0;
+            for ((name, _), (answer, audit)) in
+                self.parties.iter().zip(answers.iter().zip(&run.audits))
+            {
+                statistic += audit
+                    .check_share(run.model.as_ref(), step, query, answer, secure)
+                    .map_err(|m| refused(name, m))?;
+            }
+            let shares: Vec<&Masked> = answers.iter().flat_map(|a| a.masked.as_ref()).collect();
+            let sum = Contribution {
+                value: secure::decode(&shares).map_err(|m| refused("(every party)", m))?,
+                noise_variance: answers.iter().map(|a| a.noise_variance).sum(),
+                masked: None,
+            };
+            audit::check_sum(step, &sum, statistic).map_err(|m| refused("(every party)", m))?;
+            return Ok(sum);
+        }
         for ((name, _), (answer, audit)) in self.parties.iter().zip(answers.iter().zip(&run.audits))
         {
             audit
                 .check_answer(run.model.as_ref(), step, query, answer)
-                .map_err(|message| {
-                    let kind = CallErrorKind::Other;
-                    at(name)(CallError { kind, message })
-                })?;
+                .map_err(|message| refused(name, message))?;
         }
         let mut sum = Contribution {
             value: vec![0.0; query.released_len()],
             noise_variance: 0.0,
+            masked: None,
         };
         for a in &answers {
             for (s, v) in sum.value.iter_mut().zip(&a.value) {

@@ -56,6 +56,10 @@ enum Call {
         run_id: String,
         reply: Closed,
     },
+    JoinAggregation {
+        run_id: String,
+        reply: f64,
+    },
 }
 
 impl Call {
@@ -64,6 +68,7 @@ impl Call {
             Call::Describe { .. } => "Describe",
             Call::OpenRun { .. } => "OpenRun",
             Call::CloseRun { .. } => "CloseRun",
+            Call::JoinAggregation { .. } => "JoinAggregation",
         }
     }
 }
@@ -307,7 +312,20 @@ impl<P: PartyHandle> PartyHandle for Recorded<P> {
     }
 
     async fn open_run(&self, plan: &RunPlan, fingerprint: &str) -> Result<Grant, CallError> {
-        let asked = format!("{plan:?}");
+        // A secure run's session is drawn afresh for each open: a resumed job's open is the
+        // recorded one whatever its session (the recorded grant's announcement carries the
+        // session the party holds).
+        let unsessioned = RunPlan {
+            aggregation: plan
+                .aggregation
+                .as_ref()
+                .map(|t| fedmcmc_party::secure::Terms {
+                    session: [0; 32],
+                    ..t.clone()
+                }),
+            ..plan.clone()
+        };
+        let asked = format!("{unsessioned:?}");
         let replayed = self.replayed(|call| match call {
             Call::OpenRun {
                 plan,
@@ -346,6 +364,46 @@ impl<P: PartyHandle> PartyHandle for Recorded<P> {
         query: Query<'_>,
     ) -> Result<Contribution, CallError> {
         self.answer(run_id, chain, step, query, true).await
+    }
+
+    async fn rejoin_aggregation(
+        &self,
+        run_id: &str,
+        announcements: &[fedmcmc_party::secure::Announcement],
+    ) -> Result<f64, CallError> {
+        self.inner.rejoin_aggregation(run_id, announcements).await
+    }
+
+    /// Always sent on (a join is idempotent, and a party restarted since needs it), and
+    /// recorded: a resumed job whose run the party has closed since gets the recorded
+    /// answer instead of the party's refusal; an answer other than the recorded one stops it.
+    async fn join_aggregation(
+        &self,
+        run_id: &str,
+        announcements: &[fedmcmc_party::secure::Announcement],
+    ) -> Result<f64, CallError> {
+        let recorded = self.replayed(|call| match call {
+            Call::JoinAggregation { run_id: r, reply } if r == run_id => Some(reply),
+            _ => None,
+        })?;
+        let answer = self.inner.join_aggregation(run_id, announcements).await;
+        if let Some(reply) = recorded {
+            return match answer {
+                Ok(m) if m != reply => Err(CallError {
+                    kind: CallErrorKind::Other,
+                    message: format!(
+                        "joined run {run_id} again with the common multiplier {m}, where the record holds {reply}"
+                    ),
+                }),
+                _ => Ok(reply),
+            };
+        }
+        let reply = answer?;
+        self.record(&Call::JoinAggregation {
+            run_id: run_id.to_string(),
+            reply,
+        })?;
+        Ok(reply)
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {

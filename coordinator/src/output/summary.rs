@@ -83,6 +83,9 @@ pub struct Summary {
     /// The proposal: `rw`, `ocu` or `gwmh`.
     pub proposal: ProposalKind,
     pub init: String,
+    /// How the parties' releases were summed (secure aggregation or plain), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation: Option<String>,
     /// The private initialiser's settings, the point it found and the sd it estimated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initialiser: Option<InitialiserSummary>,
@@ -228,6 +231,11 @@ pub fn summarise(
         sampler: job.sampler.variant,
         proposal: job.sampler.proposal,
         init: job.inits.label.clone(),
+        aggregation: job
+            .comments
+            .iter()
+            .find(|(k, _)| k == "aggregation")
+            .map(|(_, v)| v.clone()),
         initialiser: job.initialiser.as_ref().map(|init| InitialiserSummary {
             settings: init.settings,
             point: init.point.clone(),
@@ -267,6 +275,11 @@ pub fn table(s: &Summary) -> String {
         s.init,
         s.seed
     ));
+    if let Some(a) = &s.aggregation {
+        // Replace the blank line above: the aggregation belongs with the job's terms.
+        out.pop();
+        out.push_str(&format!("aggregation: {a}\n\n"));
+    }
     out.push_str(&format!(
         "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
         "parameter", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"
