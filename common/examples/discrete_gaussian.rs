@@ -114,6 +114,11 @@ fn main() {
             "sigma^2 = (2^63+1)/2^27",
             DiscreteGaussian::new((1 << 63) + 1, 1 << 27).unwrap(),
         ),
+        // Where releases sample: σ between 2^30 and 2^31 grid steps (`mechanism.rs`).
+        (
+            "sigma = 1.5e9 (releases)",
+            DiscreteGaussian::from_sigma_and_step(1.5e9, 1.0).unwrap(),
+        ),
     ];
     for (seed, (label, g)) in gof_cases.iter().enumerate() {
         let mut rng = ChaCha20Rng::seed_from_u64(100 + seed as u64);
