@@ -231,6 +231,10 @@ pub async fn run<P: PartyHandle>(
     if let (Some(t), NoiseChoice::Tau(tau)) = (threshold, planned.noise) {
         for (plan, p) in plans.iter_mut().zip(&parties) {
             plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &parties, t));
+            // DP HMC's gradient τ means the same: the noise in the summed gradient.
+            if let Some(h) = plan.hmc.as_mut() {
+                h.gradient_tau = secure::tau_for(h.gradient_tau, p, &parties, t);
+            }
         }
     }
     if stop.is_requested() {

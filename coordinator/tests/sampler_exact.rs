@@ -152,6 +152,9 @@ async fn sample_from(
         federation.aggregate_securely(Some(0));
         for (plan, p) in plans.iter_mut().zip(&infos) {
             plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &infos, 0));
+            if let Some(h) = plan.hmc.as_mut() {
+                h.gradient_tau = secure::tau_for(h.gradient_tau, p, &infos, 0);
+            }
         }
     }
     federation.open(&plans, model).await.unwrap();
@@ -811,6 +814,17 @@ async fn hmc_in_the_non_private_limit_matches_the_exact_posterior() {
 /// kept, the mixing is not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hmc_with_large_noise_keeps_its_target() {
+    hmc_with_large_noise(false).await;
+}
+
+/// The same with secure aggregation: the ratio's and the gradients' noises are shared
+/// with their own common multipliers (τ_g ≠ τ), and the chain still matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_secure_aggregation_hmc_with_large_noise_keeps_its_target() {
+    hmc_with_large_noise(true).await;
+}
+
+async fn hmc_with_large_noise(secure: bool) {
     let s = setup(gaussian_10(), 10_000, 12);
     let run = |tau, gradient_tau| Run {
         variant: Variant::Hmc {
@@ -828,7 +842,7 @@ async fn hmc_with_large_noise_keeps_its_target() {
         adapt: false,
         penalise: true,
         seed: 53,
-        secure: false,
+        secure,
     };
     let quiet = sample(&s, run(1e-6, 1e-6)).await;
     let noisy = sample(&s, run(0.003, 0.02)).await;

@@ -38,12 +38,13 @@ use rustls_pki_types::CertificateDer;
 
 use crate::PartyNode;
 use crate::error::PartyError;
-use crate::ledger::AggregationTerms;
+use crate::ledger::{AggregationTerms, RunTerms};
 use crate::release::Bound;
 use crate::runs::RunState;
 use crate::secure::{
     Announcement, KeyPair, PairwiseMasks, Terms, VerifiedRoster, apply, encode, read_pem_certs,
 };
+use crate::statistics::Query;
 use crate::tls::TlsFiles;
 use crate::variants::{FULL_PENALTY, HMC, INITIALISER, SUFFICIENT_STATISTICS, SUMMARIES};
 
@@ -92,10 +93,12 @@ pub(crate) struct Aggregation {
     joined: OnceLock<Joined>,
 }
 
-/// What the join established: the masks and the run's common multiplier m.
+/// What the join established: the masks and the run's common multipliers (the largest
+/// announced): m, and a DP HMC run's gradient one.
 pub(crate) struct Joined {
     masks: PairwiseMasks,
     pub multiplier: f64,
+    pub gradient_multiplier: f64,
     announcements: Vec<Announcement>,
 }
 
@@ -105,13 +108,13 @@ fn refused(e: impl std::fmt::Display) -> PartyError {
 }
 
 impl Aggregation {
-    /// Draws the session key and signs its announcement with `multiplier` (the party's noise
-    /// multiplier over the unit sensitivity).
+    /// Draws the session key and signs its announcement with `multipliers` (the party's
+    /// noise multiplier over the unit sensitivity, and a DP HMC run's gradient one or 0).
     pub(crate) fn open(
         identity: Option<&Identity>,
         party: &str,
         terms: Terms,
-        multiplier: f64,
+        multipliers: (f64, f64),
     ) -> Result<Self, PartyError> {
         let identity = identity.ok_or_else(|| {
             PartyError::Unimplemented(
@@ -128,7 +131,7 @@ impl Aggregation {
             &terms,
             party,
             key.public(),
-            multiplier,
+            multipliers,
             &identity.cert_pem,
             &identity.key_pem,
         )
@@ -201,14 +204,11 @@ impl Aggregation {
             .as_ref()
             .ok_or_else(|| refused("the session key is gone: the run cannot be joined"))?;
         let masks = PairwiseMasks::derive(own, party, &roster).map_err(refused)?;
-        let multiplier = roster
-            .announcements()
-            .iter()
-            .map(|a| a.multiplier)
-            .fold(0.0, f64::max);
+        let (multiplier, gradient_multiplier) = common_multipliers(roster.announcements());
         let joined = Joined {
             masks,
             multiplier,
+            gradient_multiplier,
             announcements,
         };
         // Set once: every join holds the key lock and returned above if it was set.
@@ -232,6 +232,26 @@ impl Aggregation {
     pub(crate) fn honest(&self) -> (u32, usize) {
         let n = self.terms.roster.len();
         (n as u32 - self.terms.threshold, n)
+    }
+}
+
+/// The largest multipliers announced: the run's common release and gradient multipliers.
+pub fn common_multipliers(announcements: &[Announcement]) -> (f64, f64) {
+    announcements.iter().fold((0.0, 0.0), |(m, g), a| {
+        (
+            f64::max(m, a.multiplier),
+            f64::max(g, a.gradient_multiplier),
+        )
+    })
+}
+
+/// The common multiplier of `query`'s release in a run with `terms`: DP HMC's gradient
+/// releases have their own; every other release (the initialiser's gradients among them)
+/// the run's.
+pub fn multiplier_for(query: &Query<'_>, terms: &RunTerms, (m, gradient): (f64, f64)) -> f64 {
+    match (query, terms.hmc) {
+        (Query::Gradient { .. }, Some(_)) => gradient,
+        _ => m,
     }
 }
 

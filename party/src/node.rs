@@ -441,7 +441,9 @@ impl PartyNode {
         let aggregation = plan
             .aggregation
             .map(|t| {
-                let unit = terms.noise_multiplier * self.neighbours.clipped_sum_sensitivity(1.0);
+                let c = self.neighbours.clipped_sum_sensitivity(1.0);
+                let gradient = terms.hmc.map_or(0.0, |h| h.gradient_multiplier * c);
+                let unit = (terms.noise_multiplier * c, gradient);
                 Aggregation::open(self.identity.as_deref(), &self.name, t, unit)
             })
             .transpose()?;

@@ -55,7 +55,7 @@ use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
-use crate::aggregation::{session, share};
+use crate::aggregation::{multiplier_for, session, share};
 use crate::error::PartyError;
 use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
@@ -287,10 +287,11 @@ impl PartyNode {
         let secure = match session(&run, key.run_id)? {
             Some(aggregation) => {
                 let joined = aggregation.joined()?;
+                let multipliers = (joined.multiplier, joined.gradient_multiplier);
                 let share = share(
                     &calibration.bound,
                     self.neighbours,
-                    joined.multiplier,
+                    multiplier_for(&query, &run.terms, multipliers),
                     aggregation.honest(),
                     query.released_len(),
                 )?;

@@ -163,6 +163,7 @@ pub fn announcement_to_pb(a: Announcement) -> pb::KeyAnnouncement {
         party: a.party,
         key: a.key.to_vec(),
         multiplier: a.multiplier,
+        gradient_multiplier: a.gradient_multiplier,
         cert_chain: a.cert_chain,
         signature: a.signature,
     }
@@ -181,6 +182,7 @@ pub fn announcement_from_pb(a: pb::KeyAnnouncement) -> Result<Announcement, Stat
         key: bytes32(&format!("party {}'s key", a.party), a.key)?,
         party: a.party,
         multiplier: a.multiplier,
+        gradient_multiplier: a.gradient_multiplier,
         cert_chain: a.cert_chain,
         signature: a.signature,
     })

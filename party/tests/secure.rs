@@ -28,7 +28,7 @@ fn sign_as(dir: &Path, cert_of: &str, terms: &Terms, party: &str, key: [u8; 32])
         terms,
         party,
         key,
-        1.25,
+        (1.25, 0.0),
         &std::fs::read(tls::node_cert(dir, cert_of)).unwrap(),
         &std::fs::read(tls::node_key(dir, cert_of)).unwrap(),
     )

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
-use fedmcmc_party::aggregation::share;
+use fedmcmc_party::aggregation::{multiplier_for, share};
 use fedmcmc_party::ledger::{HmcTerms, RunTerms};
 use fedmcmc_party::release::expected;
 use fedmcmc_party::statistics::minibatch::barker_noise_multiplier;
@@ -170,8 +170,9 @@ impl Audit {
         step: u64,
         query: Query<'_>,
         answer: &Contribution,
-        (multiplier, honest, parties): (f64, u32, usize),
+        (multipliers, honest, parties): ((f64, f64), u32, usize),
     ) -> Result<f64, String> {
+        let multiplier = multiplier_for(&query, &self.terms, multipliers);
         let calibration = expected(model, &self.terms, self.rows, self.neighbours, step, query)
             .map_err(|e| format!("answered step {step}, which its own rules refuse ({e})"))?;
         let len = query.released_len();

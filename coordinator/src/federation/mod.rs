@@ -216,8 +216,9 @@ struct OpenRun {
     model: Arc<dyn Model>,
     ids: Vec<String>,
     audits: Vec<audit::Audit>,
-    /// Secure aggregation: the run's common noise multiplier, its honest parties P − t and P.
-    secure: Option<(f64, u32, usize)>,
+    /// Secure aggregation: the run's common noise multipliers (the release's and DP HMC's
+    /// gradient's), its honest parties P − t and P.
+    secure: Option<((f64, f64), u32, usize)>,
     /// Secure aggregation: every party's announcement, relayed again to a party that
     /// restarted mid-run.
     announcements: Vec<Announcement>,
@@ -325,7 +326,12 @@ impl<P: PartyHandle> Federation<P> {
         let checked = match (checked, threshold) {
             (Ok(audits), Some(t)) => self.join(&results).await.map(|(m, announcements)| {
                 let p = self.parties.len();
-                (audits, Some((m, p as u32 - t, p)), announcements)
+                let gradient = fedmcmc_party::aggregation::common_multipliers(&announcements).1;
+                (
+                    audits,
+                    Some(((m, gradient), p as u32 - t, p)),
+                    announcements,
+                )
             }),
             (checked, _) => checked.map(|audits| (audits, None, Vec::new())),
         };

@@ -68,6 +68,9 @@ pub struct Announcement {
     pub key: [u8; 32],
     /// The party's noise multiplier: signed so that peers can check the noise shares.
     pub multiplier: f64,
+    /// A DP HMC run's gradient noise multiplier, likewise; 0 for a run with one noise.
+    #[serde(default)]
+    pub gradient_multiplier: f64,
     /// DER certificates, the party's own first, then any intermediates.
     pub cert_chain: Vec<Vec<u8>>,
     /// The TLS key's signature over [`Announcement::signed_bytes`].
@@ -112,13 +115,14 @@ pub fn read_pem_certs(
 }
 
 impl Announcement {
-    /// Signs `party`'s `key` and `multiplier` under `terms` with the node's TLS private key
-    /// (`key_pem`), attaching its certificate chain (`cert_chain_pem`, leaf first).
+    /// Signs `party`'s `key` and its multipliers (the release's, and a DP HMC run's
+    /// gradient's or 0) under `terms` with the node's TLS private key (`key_pem`), attaching
+    /// its certificate chain (`cert_chain_pem`, leaf first).
     pub fn sign(
         terms: &Terms,
         party: &str,
         key: [u8; 32],
-        multiplier: f64,
+        (multiplier, gradient_multiplier): (f64, f64),
         cert_chain_pem: &[u8],
         key_pem: &[u8],
     ) -> Result<Self, SecureError> {
@@ -144,6 +148,7 @@ impl Announcement {
             party: party.to_owned(),
             key,
             multiplier,
+            gradient_multiplier,
             cert_chain,
             signature: Vec::new(),
         };
@@ -176,6 +181,7 @@ impl Announcement {
         string(&mut out, &self.party);
         out.extend_from_slice(&self.key);
         out.extend_from_slice(&self.multiplier.to_bits().to_be_bytes());
+        out.extend_from_slice(&self.gradient_multiplier.to_bits().to_be_bytes());
         out
     }
 
@@ -204,6 +210,12 @@ impl Announcement {
             return Err(SecureError::BadMultiplier {
                 party: party(),
                 multiplier: self.multiplier.to_string(),
+            });
+        }
+        if !(self.gradient_multiplier.is_finite() && self.gradient_multiplier >= 0.0) {
+            return Err(SecureError::BadMultiplier {
+                party: party(),
+                multiplier: self.gradient_multiplier.to_string(),
             });
         }
         if self.key == [0; 32] {

@@ -52,7 +52,7 @@ pub enum SecureError {
     WrongThreshold(String),
     #[error("party {0} is not in the session's roster")]
     NotInRoster(String),
-    #[error("party {party} announced the noise multiplier {multiplier}, not a positive number")]
+    #[error("party {party} announced the noise multiplier {multiplier}, not a usable number")]
     BadMultiplier { party: String, multiplier: String },
     #[error("party {0} announced an all-zero key")]
     ZeroKey(String),
