@@ -69,7 +69,11 @@ pub struct JobResult {
     /// Each party's run plan, in party order.
     pub plans: Vec<RunPlan>,
     pub grants: Vec<Grant>,
+    /// Each party's final charge; for a party whose CloseRun failed, its grant's
+    /// reservation (what stays charged until it is closed), named in `unclosed`.
     pub closed: Vec<Closed>,
+    /// A sentence per party whose CloseRun failed after every retry.
+    pub unclosed: Vec<String>,
     pub sampler: SamplerConfig,
     pub noise: NoiseChoice,
     pub traces: Vec<ChainTrace>,
@@ -267,8 +271,29 @@ pub async fn run<P: PartyHandle>(
     }
     .await;
     // Close even after a failure or a stop, so unused reservations go back to the parties.
-    let closed = federation.close().await;
+    let closing = federation.close_each().await;
     let traces = sampled?;
+    // The draws are what the privacy was spent on: a close that failed (a party away) is
+    // reported beside them, at the run's reservation, not instead of them.
+    let mut unclosed = Vec::new();
+    let closed = closing
+        .into_iter()
+        .zip(&grants)
+        .map(|(c, g)| {
+            c.unwrap_or_else(|e| {
+                unclosed.push(format!(
+                    "{e}; its run stays open, reserved at ε = {:.4}, until its lease ends ({} s) or a resumed job closes it",
+                    g.run_epsilon,
+                    g.lease.as_secs()
+                ));
+                Closed {
+                    releases: g.releases,
+                    run_epsilon: g.run_epsilon,
+                    epsilon_committed: g.epsilon_committed,
+                }
+            })
+        })
+        .collect();
     let cut_short = traces
         .iter()
         .any(|t| (t.steps() as u64) < config.iterations);
@@ -277,7 +302,8 @@ pub async fn run<P: PartyHandle>(
         parties,
         plans,
         grants,
-        closed: closed?,
+        closed,
+        unclosed,
         sampler: config,
         noise: planned.noise,
         traces,

@@ -156,6 +156,14 @@ fn main() -> ExitCode {
             println!("output directory: {}", report.out.display());
         }
         match (report, stop.signal()) {
+            (Ok(report), None) if !report.unclosed.is_empty() => {
+                eprintln!(
+                    "error: the draws and summary are written, but a run could not be closed: {}; `--resume {}` closes it once the party is back",
+                    report.unclosed.join("; "),
+                    report.out.display()
+                );
+                ExitCode::FAILURE
+            }
             (Ok(_), None) => ExitCode::SUCCESS,
             (Err(e), None) => failure(&e),
             (Ok(report), Some(signal)) => {

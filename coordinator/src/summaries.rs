@@ -170,6 +170,7 @@ pub async fn run<P: PartyHandle>(
         plans,
         grants,
         closed,
+        unclosed: Vec::new(),
         sampler,
         noise,
         traces,

@@ -31,6 +31,8 @@ enum Lie {
     Releases(u64),
     /// Grants this noise multiplier.
     Multiplier(f64),
+    /// Answers honestly but cannot be reached when its run is closed.
+    AwayAtClose,
 }
 
 struct Liar {
@@ -67,6 +69,12 @@ impl PartyHandle for Liar {
         Ok(answer)
     }
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
+        if let Lie::AwayAtClose = self.lie {
+            return Err(CallError {
+                kind: fedmcmc_coordinator::federation::CallErrorKind::Unavailable,
+                message: "the party could not be reached".into(),
+            });
+        }
         self.node.close_run(run_id).await
     }
 }
@@ -74,6 +82,15 @@ impl PartyHandle for Liar {
 /// Two parties of 300 flat-banana rows; the second lies as `lie` says. The job's error (or
 /// `Ok` if it ran through) and the honest party's open runs after it.
 async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
+    let (result, open, _) = job_and_liar(lie, out).await;
+    (result.map(drop), open)
+}
+
+/// [`job_with`], with the job's result and the liar's node.
+async fn job_and_liar(
+    lie: Lie,
+    out: &Path,
+) -> (Result<job::JobResult, String>, u32, Arc<PartyNode>) {
     let spec = ModelSpec::flat_banana(2);
     let model: Arc<dyn Model> = spec.build().unwrap();
     let mut parties = support::parties(&spec, 2);
@@ -87,7 +104,13 @@ async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
                 lie: Lie::None,
             },
         ),
-        ("liar".to_string(), Liar { node: liar, lie }),
+        (
+            "liar".to_string(),
+            Liar {
+                node: Arc::clone(&liar),
+                lie,
+            },
+        ),
     ]);
     let settings = JobSettings {
         aggregation: Default::default(),
@@ -120,7 +143,34 @@ async fn job_with(lie: Lie, out: &Path) -> (Result<(), String>, u32) {
     )
     .await;
     let open = PartyNode::describe(&honest).open_runs;
-    (result.map(drop).map_err(|e| format!("{e:#}")), open)
+    (result.map_err(|e| format!("{e:#}")), open, liar)
+}
+
+/// A party away when the run is closed (after every retry) does not cost the draws: the
+/// job ends with its draws and summary written, the other party's run closed, and one
+/// sentence naming the party whose run stays open at its reservation; that run is still
+/// open on the party, for a resumed job (or the lease) to close.
+#[tokio::test]
+async fn a_party_away_at_the_close_leaves_the_draws_and_names_its_open_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (result, open, liar) = job_and_liar(Lie::AwayAtClose, dir.path()).await;
+    let result = result.unwrap();
+    assert_eq!(open, 0, "the reachable party's run is closed");
+    assert_eq!(result.unclosed.len(), 1, "{:?}", result.unclosed);
+    assert!(
+        result.unclosed[0].contains("party liar") && result.unclosed[0].contains("stays open"),
+        "{}",
+        result.unclosed[0]
+    );
+    assert_eq!(result.closed[1].releases, result.grants[1].releases);
+    assert_eq!(PartyNode::describe(&liar).open_runs, 1);
+    let report = fedmcmc_coordinator::output::finish(dir.path(), "banana", &result, None).unwrap();
+    assert!(
+        report.table.contains("NOT CLOSED: party liar"),
+        "{}",
+        report.table
+    );
+    assert!(dir.path().join("summary.json").is_file());
 }
 
 #[tokio::test]

@@ -510,6 +510,11 @@ impl<P: PartyHandle> Federation<P> {
     /// handle's own bound, [`grpc::DEADLINES`] over gRPC): one party that fails or does not
     /// answer does not cut short the others', whose reservations go back.
     pub async fn close(&self) -> Result<Vec<Closed>, FederationError> {
+        self.close_each().await.into_iter().collect()
+    }
+
+    /// [`Federation::close`], each party's outcome in party order.
+    pub async fn close_each(&self) -> Vec<Result<Closed, FederationError>> {
         let run = self.run.write().expect("run lock").take();
         let ids = run.map(|r| r.ids.clone()).unwrap_or_default();
         join_all(
@@ -519,8 +524,6 @@ impl<P: PartyHandle> Federation<P> {
                 .map(|((name, p), id)| async move { p.close_run(id).await.map_err(at(name)) }),
         )
         .await
-        .into_iter()
-        .collect()
     }
 
     /// The open run; a step without one is the caller's bug.

@@ -38,6 +38,8 @@ pub struct Report {
     pub out: PathBuf,
     /// Set when a signal cut the chains short.
     pub partial: Option<Partial>,
+    /// A sentence per party whose run could not be closed (`job::JobResult::unclosed`).
+    pub unclosed: Vec<String>,
 }
 
 /// How far the chains of a stopped job got.
@@ -112,9 +114,14 @@ pub fn finish(
     std::fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     let (fewest, most) = job.steps_range();
+    let mut table = summary::table(&s);
+    for u in &job.unclosed {
+        table += &format!("\nNOT CLOSED: {u}\n");
+    }
     Ok(Report {
-        table: summary::table(&s),
+        table,
         out: dir.to_path_buf(),
+        unclosed: job.unclosed.clone(),
         partial: job.interrupted.map(|signal| Partial {
             signal,
             fewest,
