@@ -67,11 +67,20 @@ pub fn plan(
             iterations,
             noise: NoiseChoice::Calibrate,
         }),
+        // A subsampled variant has no closed form: the parties' accountants check the
+        // given iterations at OpenRun (its --iterations is required above).
+        (Some(tau), Some(iterations)) if variant.mu_per_iteration(tau, 1).is_none() => {
+            Ok(Planned {
+                iterations,
+                noise: NoiseChoice::Tau(tau),
+            })
+        }
         (Some(tau), given) => {
             let (limiting, fit) = parties
                 .iter()
                 .map(|p| {
-                    let fit = iterations_that_fit(p, variant, tau).expect("a Gaussian variant");
+                    let fit = iterations_that_fit(p, variant, tau)
+                        .expect("a variant with a closed form, the others handled above");
                     (p, fit / u64::from(chains))
                 })
                 .min_by_key(|&(_, k)| k)
@@ -121,6 +130,17 @@ mod tests {
             variants: Vec::new(),
             secure_aggregation: false,
         }
+    }
+
+    /// A minibatch plan with --tau and --iterations goes to the parties' accountants as it
+    /// is (it once panicked here: the closed form covers full-data releases only).
+    #[test]
+    fn a_minibatch_plan_with_tau_is_left_to_the_parties() {
+        let parties = [party("a", 1000, 1.0, 1e-5)];
+        let variant = Variant::MinibatchPenalty { batch_size: 100 };
+        let planned = plan(&parties, &variant, 4, Some(0.01), Some(10)).unwrap();
+        assert_eq!(planned.iterations, 10);
+        assert_eq!(planned.noise, NoiseChoice::Tau(0.01));
     }
 
     #[test]
