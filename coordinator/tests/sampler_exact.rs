@@ -306,6 +306,18 @@ fn mmd_against_baseline(s: &Setup, traces: &[ChainTrace]) -> (f64, f64, f64) {
 /// rows are clipped at its public Lipschitz bound instead, the smaller, which never binds.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_private_limit_matches_the_exact_posterior() {
+    non_private_limit(false).await;
+}
+
+/// Secure aggregation changes who adds the noise, not the chain: in the non-private limit
+/// the same three targets match their exact posteriors, each party answering a masked share
+/// that only the sum decodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_aggregation_in_the_non_private_limit_matches_the_exact_posterior() {
+    non_private_limit(true).await;
+}
+
+async fn non_private_limit(secure: bool) {
     for (name, spec, rows, proposal_sd) in [
         ("gaussian", gaussian(), 30_000, 0.01),
         ("banana", ModelSpec::flat_banana(2), 30_000, 0.01),
@@ -316,7 +328,7 @@ async fn non_private_limit_matches_the_exact_posterior() {
             0.01,
         ),
     ] {
-        println!("{name}:");
+        println!("{name} (secure = {secure}):");
         let s = setup(spec, rows, 5);
         let traces = sample(
             &s,
@@ -331,7 +343,7 @@ async fn non_private_limit_matches_the_exact_posterior() {
                 adapt: true,
                 penalise: true,
                 seed: 17,
-                secure: false,
+                secure,
             },
         )
         .await;
@@ -342,77 +354,6 @@ async fn non_private_limit_matches_the_exact_posterior() {
         );
         assert_matches_exact(name, &s, &traces);
     }
-}
-
-/// Secure aggregation changes who adds the noise, not the chain: in the non-private limit
-/// the same three targets as plain releases match their exact posteriors, each party
-/// answering a masked share that only the sum decodes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn secure_aggregation_in_the_non_private_limit_matches_the_exact_posterior() {
-    for (name, spec) in [
-        ("gaussian", gaussian()),
-        ("banana", ModelSpec::flat_banana(2)),
-        (
-            "gaussian GLM",
-            ModelSpec::Glm(GlmSpec::example(Family::Gaussian, 3)),
-        ),
-    ] {
-        println!("{name} (secure):");
-        let s = setup(spec, 30_000, 5);
-        let traces = sample(
-            &s,
-            Run {
-                variant: Variant::Penalty,
-                proposal: RW,
-                iterations: ITERATIONS,
-                parties: 3,
-                tau: 1e-6,
-                clip: 100.0,
-                proposal_sd: 0.01,
-                adapt: true,
-                penalise: true,
-                seed: 17,
-                secure: true,
-            },
-        )
-        .await;
-        assert!(mean_noise_variance(&traces) < 1e-4);
-        assert_matches_exact(name, &s, &traces);
-    }
-}
-
-/// Under secure aggregation the sum carries the same noise as plain releases at the same τ
-/// (Σσ² between 1 and 4), now the parties' shares: the penalty with the shares' summed
-/// variance still gives the exact posterior, and without it the chain is detectably wrong.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_secure_aggregation_the_penalty_corrects_the_shared_noise() {
-    let s = setup(gaussian(), 30_000, 6);
-    let mut worst = Vec::new();
-    for penalise in [true, false] {
-        let traces = sample(
-            &s,
-            Run {
-                variant: Variant::Penalty,
-                proposal: RW,
-                iterations: ITERATIONS,
-                parties: 3,
-                tau: 0.05,
-                clip: 10.0,
-                proposal_sd: 0.006,
-                adapt: false,
-                penalise,
-                seed: 23,
-                secure: true,
-            },
-        )
-        .await;
-        let noise = mean_noise_variance(&traces);
-        println!("secure, penalise = {penalise}: mean Σσ² = {noise:.3}");
-        assert!((1.0..=4.0).contains(&noise), "mean Σσ² = {noise}");
-        worst.push(worst_z(&s, &traces));
-    }
-    assert!(worst[0] < 4.0, "penalised chain: worst |z| {}", worst[0]);
-    assert!(worst[1] > 6.0, "uncorrected chain: worst |z| {}", worst[1]);
 }
 
 /// The non-private limit of the full-data DP penalty on the thesis's hardest shapes for a
@@ -547,6 +488,18 @@ async fn circle_mean_is_the_origin() {
 /// not adapted here, so both runs see the same noise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_penalty_corrects_substantial_noise_and_its_absence_shows() {
+    penalty_corrects_substantial_noise(false).await;
+}
+
+/// The same under secure aggregation: the sum carries the same noise as plain releases at
+/// the same τ, now the parties' shares, and the penalty with their summed variance still
+/// gives the exact posterior.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_secure_aggregation_the_penalty_corrects_the_shared_noise() {
+    penalty_corrects_substantial_noise(true).await;
+}
+
+async fn penalty_corrects_substantial_noise(secure: bool) {
     let s = setup(gaussian(), 30_000, 6);
     let tau = 0.05;
     let mut worst = Vec::new();
@@ -564,12 +517,12 @@ async fn the_penalty_corrects_substantial_noise_and_its_absence_shows() {
                 adapt: false,
                 penalise,
                 seed: 23,
-                secure: false,
+                secure,
             },
         )
         .await;
         let noise = mean_noise_variance(&traces);
-        println!("penalise = {penalise}: mean Σσ² = {noise:.3}");
+        println!("secure = {secure}, penalise = {penalise}: mean Σσ² = {noise:.3}");
         assert!(
             (1.0..=4.0).contains(&noise),
             "mean Σσ² = {noise} is outside [1, 4]"
