@@ -71,6 +71,8 @@ pub struct PartySummary {
     pub epsilon_spent: f64,
     /// ε at δ of everything the party has spent so far, this run included.
     pub epsilon_committed: f64,
+    /// The party's budget ε (at `delta`).
+    pub epsilon: f64,
     pub delta: f64,
 }
 
@@ -223,6 +225,7 @@ pub fn summarise(
                 .map(|init| init.closed[i].run_epsilon),
             epsilon_spent: c.run_epsilon,
             epsilon_committed: c.epsilon_committed,
+            epsilon: p.epsilon,
             delta: p.delta,
         })
         .collect();
@@ -331,14 +334,29 @@ pub fn table(s: &Summary) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n{:<12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>9}\n",
-        "party", "rows", "releases", "tau", "ε spent", "ε committed", "δ"
+        "\n{:<12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>9} {:>9}\n",
+        "party", "rows", "releases", "tau", "ε spent", "ε committed", "ε left", "δ"
     ));
     for p in &s.parties {
         out.push_str(&format!(
-            "{:<12} {:>9} {:>9} {:>9.4} {:>10.4} {:>14.4} {:>9.1e}\n",
-            p.name, p.rows, p.releases, p.tau, p.epsilon_spent, p.epsilon_committed, p.delta
+            "{:<12} {:>9} {:>9} {:>9.4} {:>10.4} {:>14.4} {:>9.4} {:>9.1e}\n",
+            p.name,
+            p.rows,
+            p.releases,
+            p.tau,
+            p.epsilon_spent,
+            p.epsilon_committed,
+            (p.epsilon - p.epsilon_committed).max(0.0),
+            p.delta
         ));
+    }
+    if s.parties
+        .iter()
+        .any(|p| p.initialiser_epsilon_spent.is_some())
+    {
+        out.push_str(
+            "(ε committed is less than the initialiser's ε plus the run's: releases compose through their privacy loss, not by adding ε)\n",
+        );
     }
     if let (Some(m), Some(b)) = (s.mmd_to_exact, s.mmd_baseline) {
         out.push_str(&format!(
@@ -377,15 +395,23 @@ fn convergence_warning(s: &Summary) -> Option<String> {
         .filter_map(|p| Some(p.ess_bulk?.min(p.ess_tail?)))
         .fold(f64::NAN, f64::min);
     (worst_rhat > 1.01 || least_ess < 100.0).then(|| {
+        // Named for both commands: simulate's flags are a run.toml's keys (and each party's
+        // own budget); fewer chains only where there are several.
+        let fewer = if s.chains.len() > 1 {
+            ", fewer chains (chains)"
+        } else {
+            ""
+        };
         let advice = match budget_for_ess(&s.parties, least_ess) {
             Some((times, epsilon)) => format!(
                 "ESS 100 needs at least {times:.0} times the iterations (more while R-hat is \
-                 high), so at this τ at least --epsilon {epsilon:.0} per party (or fewer \
-                 --chains, or a larger --tau)"
+                 high), so at this τ at least ε = {epsilon:.0} per party (simulate's --epsilon; \
+                 in a federation, each party's budget.epsilon){fewer}, or a larger τ (tau)"
             ),
-            None => "the privacy budget may allow too few iterations: consider a larger \
-                     --epsilon, fewer --chains, or a larger --tau"
-                .into(),
+            None => format!(
+                "the privacy budget may allow too few iterations: consider a larger ε per party \
+                 (simulate's --epsilon; each party's budget.epsilon){fewer}, or a larger τ (tau)"
+            ),
         };
         format!(
             "the chains have not converged (largest R-hat {worst_rhat:.3}, smallest ESS {least_ess:.0}); {advice}"
@@ -441,6 +467,7 @@ mod tests {
             initialiser_epsilon_spent: initialiser,
             epsilon_spent,
             epsilon_committed: epsilon_spent + initialiser.unwrap_or(0.0),
+            epsilon: 10.0,
             delta: 1e-6,
         }
     }
