@@ -137,6 +137,14 @@ fn chain_file(dir: &Path, chain: u32) -> PathBuf {
 }
 
 /// Header lines every job's CSV carries: the sampler configuration and the grants.
+/// The product's version and the git revision it was built from (`build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("FEDMCMC_REVISION"),
+    ")"
+);
+
 pub fn job_comments(
     s: &SamplerConfig,
     parties: &[PartyInfo],
@@ -144,6 +152,7 @@ pub fn job_comments(
     plans: &[RunPlan],
 ) -> Vec<(String, String)> {
     let mut c = vec![
+        ("fedmcmc".to_string(), VERSION.to_string()),
         ("variant".to_string(), s.variant.describe()),
         ("proposal".to_string(), s.proposal.describe().to_string()),
         ("chains".to_string(), s.chains.to_string()),

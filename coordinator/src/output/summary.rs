@@ -78,6 +78,8 @@ pub struct PartySummary {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// The product's version and git revision ([`super::VERSION`]).
+    pub fedmcmc: String,
     pub model: String,
     /// The sampler: `variant` and its parameters.
     #[serde(flatten)]
@@ -230,6 +232,7 @@ pub fn summarise(
         })
         .collect();
     Ok(Summary {
+        fedmcmc: super::VERSION.to_string(),
         model: model.to_string(),
         sampler: job.sampler.variant,
         proposal: job.sampler.proposal,
