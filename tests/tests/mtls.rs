@@ -77,6 +77,34 @@ fn a_party_answers_only_certified_admitted_callers() {
         describe(party.addr, Some(right), "wrong-token-0123456789"),
     );
     assert!(e.contains("Unauthenticated"), "{e}");
+
+    // The coordinator's own client says which check failed, not just "transport error".
+    let coordinator = |files: tls::TlsFiles, name: &str| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let address = format!("https://{}", party.addr);
+        runtime.block_on(async {
+            use fedmcmc_coordinator::federation::PartyHandle;
+            use fedmcmc_coordinator::federation::grpc::GrpcParty;
+            let tls = Some(files.client(name).unwrap());
+            match GrpcParty::connect(&address, &token, tls).await {
+                Ok(p) => p.describe().await.map(drop).map_err(|e| e.message),
+                Err(e) => Err(e.message),
+            }
+        })
+    };
+    let mut foreign = tls::files_for(&other, "coordinator");
+    foreign.ca = tls::ca_cert(&other);
+    let e = coordinator(foreign, "party-1").expect_err("another CA, coordinator side");
+    assert!(
+        e.contains("not issued by the CA the coordinator trusts"),
+        "{e}"
+    );
+    let e = coordinator(tls::files_for(&ca, "coordinator"), "party-2")
+        .expect_err("another name, coordinator side");
+    assert!(e.contains("does not name the party"), "{e}");
 }
 
 #[test]

@@ -232,7 +232,7 @@ impl GrpcParty {
             })?
             .map_err(|e| CallError {
                 kind: CallErrorKind::Unavailable,
-                message: format!("cannot connect to {address}: {e}"),
+                message: format!("cannot connect to {address}: {}", causes(&e)),
             })?;
         let header = format!("Bearer {token}").parse().map_err(|_| CallError {
             kind: CallErrorKind::Other,
@@ -326,6 +326,70 @@ where
     }
 }
 
+/// An error with every cause beneath it ("transport error" alone named none), and, for a
+/// TLS handshake the other side or this one refused, which check failed.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !chain.contains(&text) {
+            chain = format!("{chain}: {text}");
+        }
+        source = s.source();
+    }
+    // rustls's own words for the checks, as they appear in its errors and alerts.
+    let checks = [
+        (
+            "UnknownIssuer",
+            "the party's certificate is not issued by the CA the coordinator trusts (tls.ca)",
+        ),
+        // Every CA `coordinator certs` makes has the same name: another one's certificate
+        // fails on its signature, not on its issuer's name.
+        (
+            "BadSignature",
+            "the party's certificate is not issued by the CA the coordinator trusts (tls.ca)",
+        ),
+        (
+            "NotValidForName",
+            "the party's certificate does not name the party the coordinator asked for (tls_name or the party's name)",
+        ),
+        (
+            "not valid for name",
+            "the party's certificate does not name the party the coordinator asked for (tls_name or the party's name)",
+        ),
+        ("Expired", "a certificate has expired"),
+        (
+            "NotValidYet",
+            "a certificate is not valid yet (check the clocks)",
+        ),
+        (
+            "CertificateRequired",
+            "the party asked for a client certificate and the coordinator sent none (tls.cert, tls.key)",
+        ),
+        (
+            "BadCertificate",
+            "the party refused the coordinator's certificate: not issued by the CA the party trusts, or not in its allowed_clients",
+        ),
+        (
+            "UnknownCA",
+            "the party does not trust the CA of the coordinator's certificate",
+        ),
+        (
+            "InvalidContentType",
+            "the party does not speak TLS here (a plaintext party? then --insecure on both sides)",
+        ),
+        (
+            "CorruptMessage",
+            "the party does not speak TLS here (a plaintext party? then --insecure on both sides)",
+        ),
+    ];
+    match checks.iter().find(|(key, _)| chain.contains(key)) {
+        Some((_, why)) => format!("{chain} ({why})"),
+        None => chain,
+    }
+}
+
 impl From<Status> for CallError {
     fn from(s: Status) -> CallError {
         let kind = match s.code() {
@@ -340,10 +404,11 @@ impl From<Status> for CallError {
             Code::Aborted => CallErrorKind::Unjoined,
             _ => CallErrorKind::Other,
         };
-        CallError {
-            kind,
-            message: format!("{} ({:?})", s.message(), s.code()),
-        }
+        let message = match std::error::Error::source(&s) {
+            Some(cause) => format!("{} ({:?}): {}", s.message(), s.code(), causes(cause)),
+            None => format!("{} ({:?})", s.message(), s.code()),
+        };
+        CallError { kind, message }
     }
 }
 
