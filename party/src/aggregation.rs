@@ -149,16 +149,7 @@ impl Aggregation {
     /// coordinator joins again). `None` if the record does not hold together (then the
     /// run's steps are refused, [`session`]).
     pub(crate) fn restore(terms: &AggregationTerms, secret: [u8; 32]) -> Option<Self> {
-        let bytes: Vec<u8> = (0..terms.session.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(terms.session.get(i..i + 2)?, 16).ok())
-            .collect::<Option<_>>()?;
-        let t = Terms::new(
-            bytes.try_into().ok()?,
-            terms.roster.clone(),
-            terms.threshold,
-        )
-        .ok()?;
+        let t = terms.terms()?;
         let key = KeyPair::from_bytes(secret);
         (key.public() == terms.announcement.key).then(|| Aggregation {
             terms: t,

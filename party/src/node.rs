@@ -449,12 +449,9 @@ impl PartyNode {
             .transpose()?;
         let announcement = aggregation.as_ref().map(|a| a.announcement.clone());
         let terms = RunTerms {
-            aggregation: aggregation.as_ref().map(|a| AggregationTerms {
-                session: a.terms.session.iter().map(|b| format!("{b:02x}")).collect(),
-                roster: a.terms.roster.clone(),
-                threshold: a.terms.threshold,
-                announcement: a.announcement.clone(),
-            }),
+            aggregation: aggregation
+                .as_ref()
+                .map(|a| AggregationTerms::of(&a.terms, &a.announcement)),
             ..terms
         };
         match aggregation.as_ref().and_then(Aggregation::secret) {

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
-use crate::secure::Announcement;
+use crate::secure::{Announcement, Terms};
 
 /// The terms a run was admitted under; stored whole so the ledger alone explains every charge.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,6 +61,27 @@ pub struct AggregationTerms {
     pub threshold: u32,
     /// The party's own signed announcement (public).
     pub announcement: Announcement,
+}
+
+impl AggregationTerms {
+    /// The record of a run's `terms` and the party's own `announcement`.
+    pub fn of(terms: &Terms, announcement: &Announcement) -> Self {
+        AggregationTerms {
+            session: terms.session.iter().map(|b| format!("{b:02x}")).collect(),
+            roster: terms.roster.clone(),
+            threshold: terms.threshold,
+            announcement: announcement.clone(),
+        }
+    }
+
+    /// The run's terms back from the record; `None` if it does not hold together.
+    pub fn terms(&self) -> Option<Terms> {
+        let bytes: Vec<u8> = (0..self.session.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(self.session.get(i..i + 2)?, 16).ok())
+            .collect::<Option<_>>()?;
+        Terms::new(bytes.try_into().ok()?, self.roster.clone(), self.threshold).ok()
+    }
 }
 
 /// An HMC run's leapfrog steps L and gradient release: clip b_g, τ_g and multiplier τ_g·√n.
