@@ -12,7 +12,7 @@ use fedmcmc_common::models::summaries::quadratic;
 use fedmcmc_common::noise_aware::LogDensity;
 use fedmcmc_common::noise_aware::hmc::{self, Sampled, Settings};
 use fedmcmc_common::noise_aware::means::MeanPosterior;
-use fedmcmc_common::noise_aware::quadratic::{Approximation, QuadraticPosterior};
+use fedmcmc_common::noise_aware::quadratic::{Approximation, noise_aware};
 use fedmcmc_common::noise_aware::rounds::{Final, Rounds, Schedule};
 use fedmcmc_common::proposal::ProposalKind;
 use rand::SeedableRng;
@@ -277,14 +277,13 @@ impl Start {
             Some(_) => {
                 let release = fin.quadratic();
                 let sds = Approximation::of(model.as_ref(), &release).sds();
-                let posterior = QuadraticPosterior::new(Arc::clone(model), release);
-                // θ first, then Â's factor, which starts where Â is.
-                let initial = posterior.initial();
+                let (target, initial) = noise_aware(model, release, rows);
+                // θ first, then A's coordinates, which start where Â is.
                 let inits = (0..settings.chains)
                     .map(|_| [spread(&initial[..d], &sds), initial[d..].to_vec()].concat())
                     .collect();
                 Start {
-                    target: Box::new(posterior),
+                    target,
                     inits,
                     label: format!(
                         "the mode of the final summary's noise-aware approximation {:?}, each chain's θ spread by twice its sds",

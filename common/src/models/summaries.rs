@@ -60,6 +60,13 @@ pub trait QuadraticSummaries: Summaries {
     /// max |x̃ᵀδ| over the public box of covariates: how far a move δ of θ moves any row's
     /// linear predictor.
     fn reach(&self, delta: &[f64]) -> f64;
+    /// True when the summed score's mean given θ is exponential in θ with the first
+    /// coefficient an intercept (the poisson family): its noise-aware posterior then models
+    /// the covariates tilted at the centre (`noise_aware/tilted.rs`), which reads Taylor's
+    /// summary, so the final releases are made at window 0.
+    fn tilted(&self) -> bool;
+    /// Each design column's public bounds [lo, hi] (the intercept's [1, 1] first).
+    fn design_box(&self) -> Vec<[f64; 2]>;
 }
 
 /// The Gaussian-likelihood models' summaries: S = T·Σ(x − c) over rows within the public

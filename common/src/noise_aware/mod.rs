@@ -10,6 +10,7 @@ pub mod hmc;
 pub mod means;
 pub mod quadratic;
 pub mod rounds;
+pub mod tilted;
 
 /// A log density with its gradient: all a sampler needs (as in nuts-rs's `CpuLogpFunc`).
 pub trait LogDensity: Sync {
@@ -17,4 +18,26 @@ pub trait LogDensity: Sync {
     /// ln p(x) up to a constant, with ∇ ln p(x) written into `grad` (length `dim`). A point
     /// outside the support returns −∞ (the gradient is then ignored).
     fn log_density(&self, x: &[f64], grad: &mut [f64]) -> f64;
+}
+
+#[cfg(test)]
+/// The gradient `target` reports at `x` against central differences, within `tolerance`
+/// relative to the difference.
+pub(crate) fn assert_gradient(target: &dyn LogDensity, x: &[f64], tolerance: f64) {
+    let n = target.dim();
+    let (mut grad, mut scratch) = (vec![0.0; n], vec![0.0; n]);
+    target.log_density(x, &mut grad);
+    for k in 0..n {
+        let h = 1e-6 * (1.0 + x[k].abs());
+        let (mut up, mut down) = (x.to_vec(), x.to_vec());
+        up[k] += h;
+        down[k] -= h;
+        let fd = (target.log_density(&up, &mut scratch) - target.log_density(&down, &mut scratch))
+            / (2.0 * h);
+        assert!(
+            (fd - grad[k]).abs() < tolerance * (1.0 + fd.abs()),
+            "coordinate {k}: {fd} vs {}",
+            grad[k]
+        );
+    }
 }

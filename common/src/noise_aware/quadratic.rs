@@ -26,7 +26,9 @@ use std::sync::Arc;
 use nalgebra::{DMatrix, DVector};
 
 use super::LogDensity;
+use super::tilted::TiltedPosterior;
 use crate::models::Model;
+use crate::models::summaries::quadratic;
 
 /// One quadratic summary as the federation released it (summed over the parties).
 #[derive(Clone, Debug, PartialEq)]
@@ -299,6 +301,26 @@ impl LogDensity for QuadraticPosterior {
     }
 }
 
+/// The noise-aware posterior of a quadratic summary of `rows` rows in all, with a point to
+/// start from: the tilted model of `tilted.rs` where the summaries' score is exponential in
+/// θ (the poisson family), else [`QuadraticPosterior`].
+pub fn noise_aware(
+    model: &Arc<dyn Model>,
+    release: Release,
+    rows: u64,
+) -> (Box<dyn LogDensity + Send>, Vec<f64>) {
+    let tilted = quadratic(model.as_ref()).is_some_and(|q| q.tilted());
+    if tilted {
+        let posterior = TiltedPosterior::new(Arc::clone(model), release, rows);
+        let initial = posterior.initial();
+        (Box::new(posterior), initial)
+    } else {
+        let posterior = QuadraticPosterior::new(Arc::clone(model), release);
+        let initial = posterior.initial();
+        (Box::new(posterior), initial)
+    }
+}
+
 /// The naive plug-in posterior, for comparison only: ĝ and Â taken as exact, so
 /// ln p(θ | ĝ, Â) = ĝᵀΔ − ½ΔᵀÂΔ + ln p(θ) with Â made positive definite. It ignores the
 /// noise and is over-confident; tests show it under-covers.
@@ -347,6 +369,7 @@ impl LogDensity for PlugInPosterior {
 mod tests {
     use super::*;
     use crate::models::{Family, GlmSpec, ModelSpec};
+    use crate::noise_aware::assert_gradient;
 
     fn release() -> (Arc<dyn Model>, Release) {
         let model = ModelSpec::Glm(GlmSpec::example(Family::Logistic, 3))
@@ -363,28 +386,6 @@ mod tests {
             noise_variance: 25.0,
         };
         (model, release)
-    }
-
-    /// The gradient `target` reports at `x` against central differences, within `tolerance`
-    /// relative to the difference.
-    fn assert_gradient(target: &dyn LogDensity, x: &[f64], tolerance: f64) {
-        let n = target.dim();
-        let (mut grad, mut scratch) = (vec![0.0; n], vec![0.0; n]);
-        target.log_density(x, &mut grad);
-        for k in 0..n {
-            let h = 1e-6 * (1.0 + x[k].abs());
-            let (mut up, mut down) = (x.to_vec(), x.to_vec());
-            up[k] += h;
-            down[k] -= h;
-            let fd = (target.log_density(&up, &mut scratch)
-                - target.log_density(&down, &mut scratch))
-                / (2.0 * h);
-            assert!(
-                (fd - grad[k]).abs() < tolerance * (1.0 + fd.abs()),
-                "coordinate {k}: {fd} vs {}",
-                grad[k]
-            );
-        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use fedmcmc_common::diagnostics::quantile;
 use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
 use fedmcmc_common::noise_aware::LogDensity;
 use fedmcmc_common::noise_aware::hmc::{Settings, sample_until_converged};
-use fedmcmc_common::noise_aware::quadratic::{PlugInPosterior, QuadraticPosterior};
+use fedmcmc_common::noise_aware::quadratic::{Approximation, PlugInPosterior, noise_aware};
 use fedmcmc_common::noise_aware::rounds::{Rounds, Schedule};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -122,12 +122,12 @@ pub fn run(config: Config) -> Outcome {
         rounds.record(&sum, config.parties as f64 * sd * sd);
     }
     let release = rounds.finish().unwrap().quadratic();
-    let aware = QuadraticPosterior::new(Arc::clone(&model), release.clone());
-    let (noise_aware, converged) = marginals(&aware, aware.initial(), config.dim, config.seed);
+    let (aware, initial) = noise_aware(&model, release.clone(), config.rows as u64);
+    let (noise_aware, converged) = marginals(aware.as_ref(), initial, config.dim, config.seed);
     let plug = PlugInPosterior::new(Arc::clone(&model), &release);
     let (plug_in, plug_converged) = marginals(
         &plug,
-        aware.initial()[..config.dim].to_vec(),
+        Approximation::of(model.as_ref(), &release).mode,
         config.dim,
         config.seed,
     );

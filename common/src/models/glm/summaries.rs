@@ -171,6 +171,18 @@ impl QuadraticSummaries for Glm {
             .map(|(m, d)| m * d.abs())
             .sum()
     }
+
+    fn tilted(&self) -> bool {
+        self.family == Family::Poisson && self.intercept
+    }
+
+    fn design_box(&self) -> Vec<[f64; 2]> {
+        let intercept = self.intercept.then_some([1.0, 1.0]);
+        intercept
+            .into_iter()
+            .chain(self.features.iter().copied())
+            .collect()
+    }
 }
 
 #[cfg(test)]
