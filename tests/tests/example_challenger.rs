@@ -48,4 +48,35 @@ fn the_challenger_example_runs_as_documented() {
         !ok && stderr.contains("does not fit the privacy budget"),
         "{stderr}"
     );
+
+    // An agency whose file has a bad row: its node refuses to start, and the script stops
+    // with the node's reason instead of waiting for it.
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for k in 1..=3 {
+        let name = format!("agency-{k}.csv");
+        let text = std::fs::read_to_string(script.parent().unwrap().join("data").join(&name))
+            .unwrap();
+        // agency-2's second row's temp_minus_70 (third field) made unreadable.
+        let text = if k == 2 {
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            let mut fields: Vec<&str> = lines[2].split(',').collect();
+            fields[2] = "abc";
+            lines[2] = fields.join(",");
+            lines.join("\n") + "\n"
+        } else {
+            text
+        };
+        std::fs::write(data.join(name), text).unwrap();
+    }
+    let (ok, _, stderr) = run(Command::new(&script)
+        .arg(dir.path().join("bad-row"))
+        .env("CHALLENGER_DATA", &data)
+        .env("PATH", &path));
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("agency-2's party did not start")
+            && stderr.contains("column temp_minus_70 holds \"abc\", not a number"),
+        "{stderr}"
+    );
 }

@@ -3,11 +3,13 @@
 # Challenger (data/agency-*.csv) and sample the posterior of a logistic regression of O-ring
 # damage on launch temperature together, each over mutual TLS with its own budget and
 # ledger, without pooling their rows. Usage: run.sh OUT [EPSILON]
-# Needs `party` and `coordinator` on PATH (e.g. PATH=$PWD/target/release:$PATH).
+# Needs `party` and `coordinator` on PATH (e.g. PATH=$PWD/target/release:$PATH). The agencies'
+# files are read from CHALLENGER_DATA (default: the data folder beside this script).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:?usage: run.sh OUT [EPSILON]}"
 epsilon="${2:-1000000}"
+data="$(cd "${CHALLENGER_DATA:-$here/data}" && pwd)"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
@@ -34,7 +36,7 @@ delta = 1e-5
 
 [data]
 format = "csv"
-path = "$here/data/agency-$k.csv"
+path = "$data/agency-$k.csv"
 
 [tls]
 ca = "$out/tls/ca.pem"
@@ -48,8 +50,22 @@ TOML
     party serve --config "$dir/party.toml" > "$dir/address" 2> "$dir/party.log" &
     pids+=($!)
 done
+# Wait for each node to listen; a node that exits (a bad row, a port in use, a bad config)
+# or stays silent for a minute stops the script with its reason.
 for k in 1 2 3; do
-    until grep -q "listening on" "$out/agency-$k/address" 2>/dev/null; do sleep 0.1; done
+    tries=0
+    until grep -q "listening on" "$out/agency-$k/address" 2>/dev/null; do
+        if ! kill -0 "${pids[$((k - 1))]}" 2>/dev/null; then
+            echo "agency-$k's party did not start; its log ($out/agency-$k/party.log):" >&2
+            cat "$out/agency-$k/party.log" >&2
+            exit 1
+        fi
+        if ((++tries > 600)); then
+            echo "agency-$k's party did not listen within 60 s; its log: $out/agency-$k/party.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
 done
 
 {
