@@ -470,10 +470,9 @@ pub fn service(
 }
 
 /// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown).
-/// With `tls`, only callers whose certificates chain to its CA complete a handshake;
-/// without, plaintext (an operator's explicit `insecure`, or a test).
-/// Accepted sockets get TCP_NODELAY: with several chains' requests in flight on one
-/// connection, Nagle's algorithm would hold small responses back for delayed ACKs.
+/// With `tls`, only callers whose certificates chain to its CA complete a handshake
+/// ([`crate::tls::accept`], which logs each refusal); without, plaintext (an operator's
+/// explicit `insecure`, or a test). Plaintext sockets get TCP_NODELAY as TLS ones do.
 pub async fn serve(
     node: Arc<PartyNode>,
     token: &str,
@@ -481,10 +480,6 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls.server()?)?;
-    }
     let allowed = tls
         .map(|t| t.allowed_clients.as_slice())
         .unwrap_or_default();
@@ -498,16 +493,26 @@ pub async fn serve(
         shutdown.await;
         health.set_not_serving::<PartyServer<PartyService>>().await;
     };
-    builder
+    let router = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(
             oversize_is_exhaustion_in_headers,
         ))
         .add_service(health_service)
-        .add_service(service(node, token, allowed))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await?;
+        .add_service(service(node, token, allowed));
+    match tls {
+        Some(tls) => {
+            let incoming = crate::tls::accept(listener, tls.acceptor()?);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?
+        }
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?
+        }
+    }
     Ok(())
 }

@@ -4,6 +4,10 @@
 //! operator lists names, only those names), and the coordinator talks to no impostor of a
 //! party. The bearer token stays as a second factor.
 //!
+//! The party makes its handshakes itself ([`accept`]) rather than through tonic's acceptor,
+//! which drops a refused one without a word: an operator sees each refusal in the log with
+//! the caller's address and the check that failed.
+//!
 //! [`issue`] makes the CA and the node certificates (`coordinator certs`, and the throwaway
 //! CA of `simulate`).
 use std::path::{Path, PathBuf};
@@ -13,9 +17,19 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use rustls_pki_types::{CertificateDer, DnsName, ServerName};
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// A node's TLS files (PEM): the CA its peers' certificates must chain to, and its own
 /// certificate and private key.
@@ -65,11 +79,36 @@ impl TlsFiles {
         ))
     }
 
-    /// The party's side: its identity, and client certificates required (tonic refuses a
-    /// handshake without one that chains to the CA).
-    pub fn server(&self) -> anyhow::Result<ServerTlsConfig> {
-        let (identity, ca) = self.read()?;
-        Ok(ServerTlsConfig::new().identity(identity).client_ca_root(ca))
+    /// The party's side: its identity, and a client certificate required that chains to the
+    /// CA (a handshake without one is refused), speaking HTTP/2 as gRPC does.
+    pub fn acceptor(&self) -> anyhow::Result<TlsAcceptor> {
+        let pem = |what: &str, p: &Path| -> anyhow::Result<Vec<CertificateDer<'static>>> {
+            let certs = CertificateDer::pem_file_iter(p)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| anyhow::anyhow!("tls.{what}: cannot read {}: {e}", p.display()))?;
+            anyhow::ensure!(
+                !certs.is_empty(),
+                "tls.{what}: {} holds no certificate",
+                p.display()
+            );
+            Ok(certs)
+        };
+        let mut roots = RootCertStore::empty();
+        for ca in pem("ca", &self.ca)? {
+            roots.add(ca)?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+                .build()?;
+        let key = PrivateKeyDer::from_pem_file(&self.key)
+            .map_err(|e| anyhow::anyhow!("tls.key: cannot read {}: {e}", self.key.display()))?;
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(pem("cert", &self.cert)?, key)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
     }
 
     /// The coordinator's side towards one party, whose certificate must name `party`.
@@ -80,6 +119,90 @@ impl TlsFiles {
             .identity(identity)
             .domain_name(party))
     }
+}
+
+/// How long a caller has to finish its handshake before its connection is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connections of `listener` after their TLS handshakes, for tonic's
+/// `serve_with_incoming`. Each handshake runs on its own task, so a slow or silent caller
+/// holds up no one (and is dropped after [`HANDSHAKE_TIMEOUT`]); a refused one is logged with
+/// the caller's address and the check that failed. Accepting stops once the server drops
+/// the stream.
+pub fn accept(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors and the like: say so, and let it pass.
+                        tracing::warn!("cannot accept a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            // With several chains' requests in flight on one connection, Nagle's algorithm
+            // would hold small responses back for delayed ACKs.
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::warn!(
+                        caller = %peer,
+                        "refused a TLS handshake: {}",
+                        refusal(&e)
+                    ),
+                    Err(_) => tracing::warn!(
+                        caller = %peer,
+                        "dropped a connection whose TLS handshake did not finish within {} s",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    ),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Which check a refused handshake failed, in the operator's words.
+fn refusal(e: &std::io::Error) -> String {
+    use rustls::{CertificateError, Error};
+    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) else {
+        return format!("{e} (not TLS, or the connection broke)");
+    };
+    let why = match tls {
+        Error::NoCertificatesPresented => "the caller presented no client certificate",
+        Error::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        ) => "the caller's certificate is not issued by the CA this party trusts (tls.ca)",
+        Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the caller's certificate has expired",
+        Error::InvalidCertificate(
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
+        ) => "the caller's certificate is not valid yet",
+        Error::InvalidCertificate(CertificateError::Revoked) => {
+            "the caller's certificate is revoked"
+        }
+        Error::InvalidMessage(_) => "the caller does not speak TLS (plaintext gRPC?)",
+        Error::AlertReceived(alert) => {
+            return format!(
+                "the caller gave up with alert {alert:?} (it does not trust this party's certificate, or it names another party)"
+            );
+        }
+        _ => return tls.to_string(),
+    };
+    format!("{why} ({tls})")
 }
 
 /// Whether the caller's certificate (the first of `peer`, as the handshake verified it)

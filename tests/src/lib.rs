@@ -221,11 +221,21 @@ impl PartyProcess {
     /// [`PartyProcess::start`] with another program of the party's command line (a party
     /// with its own model, `fedmcmc_party::cli`).
     pub fn start_program(program: &Path, config: &Path) -> PartyProcess {
+        Self::spawn(program, config, Stdio::null())
+    }
+
+    /// [`PartyProcess::start`] with the party's log (its stderr) written to `log`.
+    pub fn start_logged(config: &Path, log: &Path) -> PartyProcess {
+        let file = std::fs::File::create(log).expect("create the party's log");
+        Self::spawn(&bin("party"), config, Stdio::from(file))
+    }
+
+    fn spawn(program: &Path, config: &Path, stderr: Stdio) -> PartyProcess {
         let mut child = Command::new(program)
             .args(["serve", "--config"])
             .arg(config)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start party");
         let stdout = child.stdout.take().expect("party stdout");

@@ -55,8 +55,8 @@ fn the_challenger_example_runs_as_documented() {
     std::fs::create_dir(&data).unwrap();
     for k in 1..=3 {
         let name = format!("agency-{k}.csv");
-        let text = std::fs::read_to_string(script.parent().unwrap().join("data").join(&name))
-            .unwrap();
+        let text =
+            std::fs::read_to_string(script.parent().unwrap().join("data").join(&name)).unwrap();
         // agency-2's second row's temp_minus_70 (third field) made unreadable.
         let text = if k == 2 {
             let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();

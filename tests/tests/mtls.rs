@@ -20,7 +20,8 @@ fn a_party_answers_only_certified_admitted_callers() {
         ["coordinator"],
         "simulate admits its own coordinator only"
     );
-    let party = PartyProcess::start(&config_path);
+    let log = dir.path().join("party.log");
+    let party = PartyProcess::start_logged(&config_path, &log);
     let token = std::fs::read_to_string(&config.auth_token_file).unwrap();
     let ca = sim.join("tls");
 
@@ -77,6 +78,29 @@ fn a_party_answers_only_certified_admitted_callers() {
         describe(party.addr, Some(right), "wrong-token-0123456789"),
     );
     assert!(e.contains("Unauthenticated"), "{e}");
+
+    // The party logs each refused handshake with the check that failed.
+    for why in [
+        "the caller does not speak TLS",
+        "the caller presented no client certificate",
+        "the caller's certificate is not issued by the CA this party trusts",
+    ] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if text
+                .lines()
+                .any(|l| l.contains("refused a TLS handshake") && l.contains(why))
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line saying {why:?}:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 
     // The coordinator's own client says which check failed, not just "transport error".
     let coordinator = |files: tls::TlsFiles, name: &str| {
