@@ -4,7 +4,7 @@
 //! from the prior N(0, s²) (s = 1, 0.5 for the poisson family, whose counts must stay within
 //! their bound); with `fixed`, θ is the examples' (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family]
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
@@ -16,8 +16,15 @@ fn main() {
         .nth(1)
         .map_or(100, |a| a.parse().expect("reps"));
     let from_prior = std::env::args().nth(2).is_none_or(|a| a == "prior");
+    let only = std::env::args().nth(3);
     println!("family    d  rows    eps   aware50 aware90 plug50 plug90 intervals converged");
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+        if only
+            .as_ref()
+            .is_some_and(|f| !format!("{family:?}").eq_ignore_ascii_case(f))
+        {
+            continue;
+        }
         for (dim, rows) in [(3, 2_000), (5, 20_000), (6, 100_000)] {
             for epsilon in [0.5, 1.0, 3.0, 10.0] {
                 let config = Config {

@@ -7,7 +7,7 @@
 //! at the pooled rows' exact mode (Newton on the exact gradient and Hessian): at these row
 //! counts within a few hundredths of a posterior sd of the exact one.
 //!
-//! cargo run --release -p fedmcmc-coordinator --example route_accuracy -- [reps]
+//! cargo run --release -p fedmcmc-coordinator --example route_accuracy -- [reps] [family]
 use std::sync::Arc;
 
 use fedmcmc_common::models::summaries::split_summary;
@@ -84,7 +84,14 @@ async fn main() {
     println!(
         "family    d  rows    eps   summaries(median sd err)  penalty(median sd err)  penalty iterations"
     );
+    let only = std::env::args().nth(2);
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
+        if only
+            .as_ref()
+            .is_some_and(|f| !format!("{family:?}").eq_ignore_ascii_case(f))
+        {
+            continue;
+        }
         for (dim, rows) in [(3, 2_000), (5, 20_000), (6, 100_000)] {
             for epsilon in [0.5, 1.0, 3.0, 10.0] {
                 let (mut summ, mut pen, mut iters) = (Vec::new(), Vec::new(), Vec::new());
