@@ -332,6 +332,23 @@ pub struct SimulateArgs {
     pub model_spec: Option<ModelSpec>,
 }
 
+/// A simulation config file: the flags' keys, where `model` is a preset's name or, as in a
+/// run config, a `[model]` table with a full model specification (`model_spec` is read as
+/// the same table).
+fn config_file(text: &str) -> Result<SimulateArgs, toml::de::Error> {
+    let mut table: toml::Table = toml::from_str(text)?;
+    if matches!(table.get("model"), Some(toml::Value::Table(_))) {
+        if table.contains_key("model_spec") {
+            return Err(serde::de::Error::custom(
+                "give the model as a [model] table or as model_spec, not both",
+            ));
+        }
+        let spec = table.remove("model").expect("present");
+        table.insert("model_spec".to_string(), spec);
+    }
+    table.try_into()
+}
+
 /// `--flag` values override the config file's.
 fn merge(flags: SimulateArgs, file: SimulateArgs) -> SimulateArgs {
     SimulateArgs {
@@ -395,7 +412,7 @@ impl Simulation {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                let file: SimulateArgs = toml::from_str(&text).map_err(|e| {
+                let file = config_file(&text).map_err(|e| {
                     anyhow::anyhow!("{} is not a valid simulation config: {e}", path.display())
                 })?;
                 merge(args, file)

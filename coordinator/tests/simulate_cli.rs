@@ -36,3 +36,54 @@ fn impossible_flags_are_refused_before_anything_is_written() {
     );
     refused(&["--rows", "0"], "0 rows: a simulation makes 1 to");
 }
+
+/// A simulate config gives a full model as a `[model]` table, as a run config does (its
+/// `--help` says so); a preset's name under `model` still works, and both a table and
+/// `model_spec` is refused.
+#[test]
+fn a_simulate_config_takes_a_model_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let simulate = |config: &str, out: &str| {
+        let path = dir.path().join(format!("{out}.toml"));
+        std::fs::write(&path, config).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_coordinator"))
+            .args(["simulate", "--config"])
+            .arg(&path)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .output()
+            .unwrap()
+    };
+    let table = r#"
+iterations = 8
+tau = 0.5
+[model]
+kind = "glm"
+family = "logistic"
+features = [{ name = "dose", bounds = [-1.0, 1.0] }]
+label = { name = "y" }
+prior_sd = [5.0]
+true_theta = [0.5, 1.0]
+"#;
+    let output = simulate(table, "table");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let summary = std::fs::read_to_string(dir.path().join("table/summary.json")).unwrap();
+    assert!(summary.contains("\"model\": \"glm\""), "{summary}");
+
+    let output = simulate("iterations = 8\ntau = 0.5\nmodel = \"logistic-glm\"\n", "preset");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let both = format!("{table}\n[model_spec]\nkind = \"glm\"\n");
+    let output = simulate(&both, "both");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("give the model as a [model] table or as model_spec, not both"),
+        "{stderr}"
+    );
+}
