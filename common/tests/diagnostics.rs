@@ -126,6 +126,17 @@ fn constant_chains_have_full_ess() {
     assert!(rhat(&chains).unwrap().is_nan());
 }
 
+/// Chains that never move, each at its own value, have R̂ = ∞ (as ArviZ says), not the
+/// 10¹⁴ that a mean's last-bit rounding left as "within-chain variance".
+#[test]
+fn stuck_chains_have_infinite_rhat() {
+    let chains: Vec<Vec<f64>> = [0.1, 0.7, 1.3, 2.9]
+        .iter()
+        .map(|&v| vec![v; 1000])
+        .collect();
+    assert_eq!(rhat(&chains).unwrap(), f64::INFINITY);
+}
+
 #[test]
 fn quantile_is_numpy_linear() {
     // np.quantile([3, 1, 4, 1, 5], [0, 0.3, 0.5, 0.95, 1]) = [1, 1.4, 3, 4.8, 5]

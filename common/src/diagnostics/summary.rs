@@ -76,6 +76,14 @@ pub(super) fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
 
 /// Mean and unbiased (ddof = 1) variance by two passes; the variance is NaN for one value.
 pub(super) fn mean_var(values: &[f64]) -> (f64, f64) {
+    // Equal values have variance 0 exactly: Σx/n can miss x in its last bit, and a stuck
+    // chain's R̂ would then be 10¹⁴ rather than ∞ (ArviZ's).
+    if let [first, rest @ ..] = values
+        && !rest.is_empty()
+        && rest.iter().all(|v| v == first)
+    {
+        return (*first, 0.0);
+    }
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
     let ss = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
