@@ -71,7 +71,10 @@ true_theta = [0.5, 1.0]
     let summary = std::fs::read_to_string(dir.path().join("table/summary.json")).unwrap();
     assert!(summary.contains("\"model\": \"glm\""), "{summary}");
 
-    let output = simulate("iterations = 8\ntau = 0.5\nmodel = \"logistic-glm\"\n", "preset");
+    let output = simulate(
+        "iterations = 8\ntau = 0.5\nmodel = \"logistic-glm\"\n",
+        "preset",
+    );
     assert!(
         output.status.success(),
         "{}",
