@@ -22,6 +22,7 @@ pub mod aggregation;
 pub mod budget;
 pub mod cli;
 pub mod config;
+mod description;
 pub mod error;
 mod fold;
 pub mod ledger;

@@ -1,6 +1,6 @@
 //! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
 //! that closes runs their coordinator abandoned). The per-step release path is in
-//! `release.rs`; the gRPC mapping in `service.rs`.
+//! `release/`; Describe's answer in `description.rs`; the gRPC mapping in `service.rs`.
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -13,6 +13,8 @@ use fedmcmc_common::neighbours::Neighbours;
 use crate::aggregation::{Aggregation, Identity};
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
+pub use crate::description::Description;
+use crate::description::{Figures, store};
 use crate::error::PartyError;
 pub use crate::ledger::Closed;
 use crate::ledger::{
@@ -27,54 +29,6 @@ pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
 };
-
-/// The public facts of `Describe`.
-#[derive(Clone, Debug)]
-pub struct Description {
-    pub name: String,
-    pub model: String,
-    pub model_fingerprint: String,
-    pub dim: usize,
-    pub rows: u64,
-    pub variants: Vec<&'static str>,
-    pub neighbours: Neighbours,
-    pub epsilon: f64,
-    pub delta: f64,
-    pub epsilon_committed: f64,
-    pub open_runs: u32,
-    /// See [`Budget::mu_remaining`].
-    pub mu_remaining: f64,
-    /// Whether it can sign secure aggregation's session keys (it has a TLS identity).
-    pub secure_aggregation: bool,
-}
-
-/// Describe's figures of the budget, and the snapshot of the runs they were computed from.
-/// Computed when the runs change (an open, a close), not per call: Describe composes
-/// nothing, so no number of callers looping on it takes the workers that answer steps.
-#[derive(Clone, Copy, Debug)]
-struct Figures {
-    snapshot: u64,
-    epsilon_committed: f64,
-    mu_remaining: f64,
-}
-
-impl Figures {
-    fn of(snapshot: u64, budget: &Budget, committed: &Composition) -> Self {
-        Figures {
-            snapshot,
-            epsilon_committed: budget.epsilon_of(committed),
-            mu_remaining: budget.mu_remaining(committed),
-        }
-    }
-}
-
-/// Stores `computed` unless a later snapshot's figures are already stored.
-fn store(figures: &Mutex<Figures>, computed: Figures) {
-    let mut stored = figures.lock().expect("figures lock");
-    if stored.snapshot < computed.snapshot {
-        *stored = computed;
-    }
-}
 
 /// Serialisable so that a coordinator can record it and resume a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -109,7 +63,7 @@ pub struct PartyNode {
     /// Serialises OpenRun and CloseRun so admission sees a consistent total.
     admission: tokio::sync::Mutex<()>,
     /// Shared with the blocking task that computes them (see [`PartyNode::account`]).
-    figures: Arc<Mutex<Figures>>,
+    pub(crate) figures: Arc<Mutex<Figures>>,
     /// The TLS identity that signs secure aggregation's session keys; none without TLS.
     pub(crate) identity: Option<Arc<Identity>>,
 }
@@ -318,7 +272,7 @@ impl PartyNode {
     }
 
     /// Runs admitted and not closed (a run whose close was cancelled half-way is closed).
-    fn open_runs(&self) -> usize {
+    pub(crate) fn open_runs(&self) -> usize {
         self.runs
             .lock()
             .expect("runs lock")
@@ -326,27 +280,6 @@ impl PartyNode {
             .values()
             .filter(|r| !r.closed.load(Ordering::SeqCst))
             .count()
-    }
-
-    /// The party's public facts, with the budget figures of the last change of its runs.
-    pub fn describe(&self) -> Description {
-        let open_runs = self.open_runs() as u32;
-        let figures = *self.figures.lock().expect("figures lock");
-        Description {
-            name: self.name.clone(),
-            model: self.model.name().to_string(),
-            model_fingerprint: self.model.fingerprint(),
-            dim: self.model.dim(),
-            rows: self.data.n() as u64,
-            variants: self.variants(),
-            neighbours: self.neighbours,
-            epsilon: self.budget.epsilon,
-            delta: self.budget.delta,
-            epsilon_committed: figures.epsilon_committed,
-            open_runs,
-            mu_remaining: figures.mu_remaining,
-            secure_aggregation: self.identity.is_some(),
-        }
     }
 
     /// Looks up an open run for a step or a close, renewing its lease; a closed run is
