@@ -406,6 +406,8 @@ fn convergence_warning(s: &Summary) -> Option<String> {
             ""
         };
         let advice = match budget_for_ess(&s.parties, least_ess) {
+            // Its draws cost nothing: more iterations are not what it lacks.
+            _ if s.sampler == Variant::Summaries => summaries_advice(s.draws_per_chain),
             Some((times, epsilon)) => format!(
                 "ESS 100 needs at least {times:.0} times the iterations (more while R-hat is \
                  high), so at this τ at least ε = {epsilon:.0} per party (simulate's --epsilon; \
@@ -420,6 +422,17 @@ fn convergence_warning(s: &Summary) -> Option<String> {
             "the chains have not converged (largest R-hat {worst_rhat:.3}, smallest ESS {least_ess:.0}); {advice}"
         )
     })
+}
+
+/// Why the summaries route's chains may not converge: they sampled its noise-aware
+/// posterior, for free, as long as the sampler goes, so the posterior itself is hard.
+fn summaries_advice(draws_per_chain: u64) -> String {
+    format!(
+        "the summaries route sampled its noise-aware posterior for {draws_per_chain} draws per \
+         chain, the most it takes: at this budget the posterior is wide (much of it the \
+         prior's) or has several modes; a larger ε per party (simulate's --epsilon; each \
+         party's budget.epsilon) or a tighter prior narrows it"
+    )
 }
 
 /// How many times the iterations would bring the smallest ESS to 100 if it grew in
@@ -501,5 +514,53 @@ mod tests {
         let mut minibatch = party(sampling, None);
         minibatch.batch_size = Some(100);
         assert_eq!(budget_for_ess(&[minibatch], 10.0), None);
+    }
+
+    /// A summary of one unconverged parameter under `sampler`.
+    fn unconverged(sampler: Variant) -> Summary {
+        Summary {
+            fedmcmc: "test".into(),
+            model: "glm".into(),
+            sampler,
+            proposal: ProposalKind::Rw,
+            init: "given".into(),
+            aggregation: None,
+            initialiser: None,
+            seed: 1,
+            partial: false,
+            stopped_by: None,
+            draws_per_chain: 64_000,
+            parameters: vec![ParameterSummary {
+                name: "theta.1".into(),
+                mean: Some(0.0),
+                sd: Some(1.0),
+                q5: Some(-1.6),
+                q50: Some(0.0),
+                q95: Some(1.6),
+                ess_bulk: Some(7.0),
+                ess_tail: Some(11.0),
+                r_hat: Some(1.5),
+                exact_mean: None,
+                exact_sd: None,
+            }],
+            chains: Vec::new(),
+            parties: vec![party(1.0, None)],
+            mmd_to_exact: None,
+            mmd_baseline: None,
+        }
+    }
+
+    /// The summaries route's draws cost nothing, so its warning does not ask for more
+    /// iterations at a larger budget; the per-iteration variants' does.
+    #[test]
+    fn the_summaries_route_is_not_told_to_buy_iterations() {
+        let w = convergence_warning(&unconverged(Variant::Summaries)).unwrap();
+        assert!(
+            w.contains("sampled its noise-aware posterior for 64000 draws per chain"),
+            "{w}"
+        );
+        assert!(!w.contains("times the iterations"), "{w}");
+        let w = convergence_warning(&unconverged(Variant::Penalty)).unwrap();
+        assert!(w.contains("times the iterations"), "{w}");
     }
 }
