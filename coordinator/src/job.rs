@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use fedmcmc_common::accountant;
 use fedmcmc_common::diagnostics::MIN_DRAWS;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::proposal::ProposalKind;
@@ -21,7 +22,7 @@ use crate::federation::{
 use crate::initialiser::{self, Initialised, InitialiserSettings};
 use crate::interrupt::{Signal, Stop};
 use crate::output;
-use crate::planning;
+use crate::planning::{self, Planned};
 use crate::sampler::{self, ChainTrace, Progress, SamplerConfig};
 use crate::variant::Variant;
 use fedmcmc_party::node::SUMMARIES;
@@ -124,15 +125,7 @@ pub async fn run<P: PartyHandle>(
     progress: impl FnOnce(u32, u64) -> Arc<dyn Progress>,
     stop: &Stop,
 ) -> anyhow::Result<JobResult> {
-    let parties = federation.describe().await?;
-    check_parties(&parties, model.as_ref(), &settings.variant)?;
-    let (threshold, aggregation) = secure::choose(
-        &parties,
-        settings.variant.party_variant(),
-        settings.aggregation,
-        settings.collusion,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let (parties, threshold, aggregation) = admit(&federation, model.as_ref(), settings).await?;
     tracing::info!(%aggregation, "aggregation");
     federation.aggregate_securely(threshold);
     comments.push(("aggregation".to_string(), aggregation));
@@ -146,43 +139,10 @@ pub async fn run<P: PartyHandle>(
         return crate::summaries::run(&federation, model, parties, settings, out, comments, stop)
             .await;
     }
-    // Under secure aggregation a party's multiplier is τ over the rows whose pooled noise
-    // protects it (`federation::secure`): planned as if it held them.
-    let plan = |parties: &[PartyInfo]| {
-        let protected: Vec<PartyInfo> = match threshold {
-            Some(t) => parties
-                .iter()
-                .map(|p| PartyInfo {
-                    rows: secure::protecting_rows(parties, t).floor() as u64,
-                    ..p.clone()
-                })
-                .collect(),
-            None => parties.to_vec(),
-        };
-        planning::plan(
-            &protected,
-            &settings.variant,
-            settings.chains,
-            settings.tau,
-            settings.iterations,
-        )
-        .map_err(anyhow::Error::msg)
-    };
+    let plan = |parties: &[PartyInfo]| plan_for(parties, threshold, settings);
     // What the sampler can check before anything is released: its configuration with the
     // plan's iterations (the inits are checked once known).
-    let sampler_config = |iterations: u64| SamplerConfig {
-        variant: settings.variant,
-        chains: settings.chains,
-        iterations,
-        warmup: settings.warmup.unwrap_or(iterations / 2),
-        proposal_sd: settings.proposal_sd,
-        clip: settings.clip,
-        proposal: settings.proposal,
-        adapt: settings.adapt,
-        target_accept: settings.target_accept,
-        seed: settings.seed,
-        penalise: true,
-    };
+    let sampler_config = |iterations: u64| sampler_config(settings, iterations);
     let (parties, inits, initialised) = match start {
         Start::Given(inits) => (parties, inits, None),
         Start::Private(init) => {
@@ -222,25 +182,7 @@ pub async fn run<P: PartyHandle>(
     config.check(&inits.points, model.dim())?;
     check_draws(&config)?;
     output::prepare_dir(out)?;
-    let mut plans = settings
-        .variant
-        .plans(
-            &parties,
-            settings.chains,
-            planned.iterations,
-            settings.clip,
-            planned.noise,
-        )
-        .map_err(anyhow::Error::msg)?;
-    if let (Some(t), NoiseChoice::Tau(tau)) = (threshold, planned.noise) {
-        for (plan, p) in plans.iter_mut().zip(&parties) {
-            plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, &parties, t));
-            // DP HMC's gradient τ means the same: the noise in the summed gradient.
-            if let Some(h) = plan.hmc.as_mut() {
-                h.gradient_tau = secure::tau_for(h.gradient_tau, p, &parties, t);
-            }
-        }
-    }
+    let plans = run_plans(&parties, threshold, settings, &planned)?;
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }
@@ -311,6 +253,205 @@ pub async fn run<P: PartyHandle>(
         initialiser: initialised,
         comments,
     })
+}
+
+/// The sampler's configuration for `iterations` per chain: what it can check before
+/// anything is released.
+fn sampler_config(settings: &JobSettings, iterations: u64) -> SamplerConfig {
+    SamplerConfig {
+        variant: settings.variant,
+        chains: settings.chains,
+        iterations,
+        warmup: settings.warmup.unwrap_or(iterations / 2),
+        proposal_sd: settings.proposal_sd,
+        clip: settings.clip,
+        proposal: settings.proposal,
+        adapt: settings.adapt,
+        target_accept: settings.target_accept,
+        seed: settings.seed,
+        penalise: true,
+    }
+}
+
+/// What the job would ask of each party, decided as [`run`] decides it, with nothing opened
+/// or released: the dry run. With the private initialiser the sampling is planned on what
+/// the initialiser's share leaves, as `run` plans it before the initialiser spends. The ε
+/// after the job is the Gaussian composition of the planned releases (each party's
+/// accountant may state less); a variant its parties plan at OpenRun (the subsampled ones)
+/// says so instead.
+pub async fn preview<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: &Arc<dyn Model>,
+    settings: &JobSettings,
+    start: &Start,
+) -> anyhow::Result<String> {
+    let (parties, threshold, aggregation) = admit(federation, model.as_ref(), settings).await?;
+    let mut out = format!(
+        "dry run: nothing was opened or released\nvariant: {}\naggregation: {aggregation}\n",
+        settings.variant.describe()
+    );
+    let mut init_share = 0.0;
+    let (plans, steps_cost) = if settings.variant == Variant::Summaries {
+        if let Start::Given(inits) = start {
+            anyhow::bail!(
+                "the summaries route starts its chains from its own releases; a start ({}) applies to the per-iteration variants",
+                inits.label
+            );
+        }
+        let (schedule, _, plans) = crate::summaries::plan(model.as_ref(), &parties, settings)?;
+        out += &format!(
+            "releases: {} per party, then the noise-aware posterior is sampled until every chain converges, at no further cost\n",
+            schedule.releases()
+        );
+        (plans, false)
+    } else {
+        let planned_on = match start {
+            Start::Given(inits) => {
+                out += &format!("start: {}\n", inits.label);
+                parties.clone()
+            }
+            Start::Private(init) => {
+                init_share = init.share;
+                let how = if parties.iter().all(|p| p.serves(SUMMARIES)) {
+                    "the summaries route's releases".to_string()
+                } else {
+                    format!("{} gradient releases", init.steps)
+                };
+                out += &format!(
+                    "initialiser: first, {:.0}% of each party's remaining budget ({how})\n",
+                    100.0 * init.share
+                );
+                parties
+                    .iter()
+                    .map(|p| PartyInfo {
+                        mu_remaining: (1.0 - init.share) * p.mu_remaining,
+                        ..p.clone()
+                    })
+                    .collect()
+            }
+        };
+        let planned = plan_for(&planned_on, threshold, settings)?;
+        let config = sampler_config(settings, planned.iterations);
+        check_draws(&config)?;
+        out += &format!(
+            "sampling: {} chains × {} iterations ({} of warm-up)\n",
+            config.chains, config.iterations, config.warmup
+        );
+        (run_plans(&planned_on, threshold, settings, &planned)?, true)
+    };
+    out += &format!(
+        "\n{:<16} {:>9} {:>10} {:>12} {:>9} {:>10} {:>16}\n",
+        "party", "rows", "ε budget", "ε committed", "steps", "tau", "ε after (≈)"
+    );
+    for (p, plan) in parties.iter().zip(&plans) {
+        let steps = u64::from(plan.chains) * plan.steps_per_chain;
+        let (tau, after) = match plan.noise {
+            NoiseChoice::Tau(tau) => {
+                let run_mu = if steps_cost {
+                    settings
+                        .variant
+                        .mu_per_iteration(tau, p.rows)
+                        .map(|mu| mu * plan.steps_per_chain as f64 * f64::from(plan.chains))
+                } else {
+                    Some(steps as f64 * accountant::mu_per_release(tau * (p.rows as f64).sqrt()))
+                };
+                let after = run_mu.and_then(|run| {
+                    let budget = accountant::max_mu(p.epsilon, p.delta).ok()?;
+                    let spent = budget - p.mu_remaining + init_share * p.mu_remaining + run;
+                    let epsilon = accountant::GaussianComposition::from_mu(spent)
+                        .ok()?
+                        .epsilon(p.delta);
+                    Some(format!("{epsilon:.4}"))
+                });
+                (
+                    format!("{tau:.4}"),
+                    after.unwrap_or_else(|| "at OpenRun".into()),
+                )
+            }
+            NoiseChoice::Calibrate => ("at OpenRun".into(), format!("≤ {}", p.epsilon)),
+        };
+        out += &format!(
+            "{:<16} {:>9} {:>10} {:>12.4} {:>9} {:>10} {:>16}\n",
+            p.name, p.rows, p.epsilon, p.epsilon_committed, steps, tau, after
+        );
+    }
+    Ok(out)
+}
+
+/// The parties, described and checked against the job (model, variant), and how their
+/// releases will be summed: secure aggregation's threshold, and the line that says so.
+async fn admit<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: &dyn Model,
+    settings: &JobSettings,
+) -> anyhow::Result<(Vec<PartyInfo>, Option<u32>, String)> {
+    let parties = federation.describe().await?;
+    check_parties(&parties, model, &settings.variant)?;
+    let (threshold, aggregation) = secure::choose(
+        &parties,
+        settings.variant.party_variant(),
+        settings.aggregation,
+        settings.collusion,
+    )
+    .map_err(anyhow::Error::msg)?;
+    Ok((parties, threshold, aggregation))
+}
+
+/// Iterations and noise for `parties`. Under secure aggregation a party's multiplier is τ
+/// over the rows whose pooled noise protects it (`federation::secure`): planned as if it
+/// held them.
+fn plan_for(
+    parties: &[PartyInfo],
+    threshold: Option<u32>,
+    settings: &JobSettings,
+) -> anyhow::Result<Planned> {
+    let protected: Vec<PartyInfo> = match threshold {
+        Some(t) => parties
+            .iter()
+            .map(|p| PartyInfo {
+                rows: secure::protecting_rows(parties, t).floor() as u64,
+                ..p.clone()
+            })
+            .collect(),
+        None => parties.to_vec(),
+    };
+    planning::plan(
+        &protected,
+        &settings.variant,
+        settings.chains,
+        settings.tau,
+        settings.iterations,
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+/// Each party's run plan for `planned`, τ made each party's own under secure aggregation.
+fn run_plans(
+    parties: &[PartyInfo],
+    threshold: Option<u32>,
+    settings: &JobSettings,
+    planned: &Planned,
+) -> anyhow::Result<Vec<RunPlan>> {
+    let mut plans = settings
+        .variant
+        .plans(
+            parties,
+            settings.chains,
+            planned.iterations,
+            settings.clip,
+            planned.noise,
+        )
+        .map_err(anyhow::Error::msg)?;
+    if let (Some(t), NoiseChoice::Tau(tau)) = (threshold, planned.noise) {
+        for (plan, p) in plans.iter_mut().zip(parties) {
+            plan.noise = NoiseChoice::Tau(secure::tau_for(tau, p, parties, t));
+            // DP HMC's gradient τ means the same: the noise in the summed gradient.
+            if let Some(h) = plan.hmc.as_mut() {
+                h.gradient_tau = secure::tau_for(h.gradient_tau, p, parties, t);
+            }
+        }
+    }
+    Ok(plans)
 }
 
 /// The parties serve this job's model (fingerprint and dimension) and its variant: checked

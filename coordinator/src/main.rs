@@ -52,6 +52,10 @@ enum Command {
         /// Within the parties' lease (10 minutes by default) of the last step.
         #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "out", "insecure"])]
         resume: Option<PathBuf>,
+        /// Say what the run would ask of each party (steps, τ, the initialiser's share, ε
+        /// after) and stop: nothing is opened or released, no output directory is made.
+        #[arg(long, conflicts_with_all = ["resume", "out"])]
+        dry_run: bool,
     },
     /// Issue mutual-TLS certificates for a federation: a CA (created in DIR on first use)
     /// and, for each NAME, a certificate and key for that node (party or coordinator),
@@ -112,11 +116,13 @@ fn main() -> ExitCode {
             config,
             out,
             insecure,
+            dry_run,
             ..
         } => Job::Run {
             config: config.expect("clap requires --config without --resume"),
             out,
             insecure,
+            dry_run,
         },
     };
     // Log lines on stderr (progress, grants); `RUST_LOG` overrides the level.
@@ -143,9 +149,19 @@ fn main() -> ExitCode {
                 config,
                 out,
                 insecure,
+                dry_run,
             } => match remote::RunConfig::load(&config) {
                 Ok(mut c) => {
                     c.insecure |= insecure;
+                    if dry_run {
+                        return match remote::dry_run(c).await {
+                            Ok(plan) => {
+                                print!("{plan}");
+                                ExitCode::SUCCESS
+                            }
+                            Err(e) => failure(&e),
+                        };
+                    }
                     remote::run(c, out, &stop).await
                 }
                 Err(e) => Err(e),
@@ -194,6 +210,7 @@ enum Job {
         config: PathBuf,
         out: Option<PathBuf>,
         insecure: bool,
+        dry_run: bool,
     },
 }
 

@@ -263,6 +263,19 @@ pub async fn run_with(
     outcome
 }
 
+/// The run config's job as a plan, with nothing opened or released and no output directory
+/// made: what each party would be asked for, and what it would cost (`run --dry-run`).
+pub async fn dry_run(config: RunConfig) -> anyhow::Result<String> {
+    let model = built_in(&config)?;
+    let handles = connect(&config).await?;
+    let (settings, start, route) = settings_of(&config, model.as_ref())?;
+    let plan = job::preview(&Federation::new(handles), &model, &settings, &start).await?;
+    Ok(match route {
+        Some(why) => format!("route: {why}\n{plan}"),
+        None => plan,
+    })
+}
+
 /// Carries on the job in `out`, whose coordinator was killed, with the settings it started
 /// with: the same run ids and steps, the draws so far kept.
 pub async fn resume(out: &Path, stop: &Stop) -> anyhow::Result<Report> {
@@ -297,13 +310,8 @@ fn built_in(config: &RunConfig) -> anyhow::Result<Arc<dyn Model>> {
     }
 }
 
-async fn job(
-    config: RunConfig,
-    model: Arc<dyn Model>,
-    out: &Path,
-    checkpoint: &Checkpoint,
-    stop: &Stop,
-) -> anyhow::Result<Report> {
+/// A connection to every party of the config, by name.
+async fn connect(config: &RunConfig) -> anyhow::Result<Vec<(String, GrpcParty)>> {
     config.check_names().map_err(anyhow::Error::msg)?;
     let transports = config.transports()?;
     let mut handles = Vec::with_capacity(config.parties.len());
@@ -318,8 +326,17 @@ async fn job(
         let handle = GrpcParty::connect(&p.address, token.trim(), tls)
             .await
             .map_err(|e| anyhow::anyhow!("party {}: {e}", p.name))?;
-        handles.push((p.name.clone(), checkpoint.party(&p.name, handle)?));
+        handles.push((p.name.clone(), handle));
     }
+    Ok(handles)
+}
+
+/// The job's settings and start from the config's `[sampler]`, and the route's reason when
+/// the config names no variant.
+fn settings_of(
+    config: &RunConfig,
+    model: &dyn Model,
+) -> anyhow::Result<(JobSettings, Start, Option<String>)> {
     let s = &config.sampler;
     let hmc = HmcOptions {
         leapfrog_steps: s.leapfrog_steps,
@@ -330,7 +347,7 @@ async fn job(
     let (name, route) = match s.variant {
         Some(v) => (v, None),
         None => {
-            let (v, why) = choose_route(model.as_ref());
+            let (v, why) = choose_route(model);
             tracing::info!(route = %why, "route");
             (v, Some(why))
         }
@@ -393,6 +410,22 @@ async fn job(
             "init = \"truth-jitter\" is a simulation protocol: a run has no true θ; use \"private\" or a point"
         ),
     };
+    Ok((settings, start, route))
+}
+
+async fn job(
+    config: RunConfig,
+    model: Arc<dyn Model>,
+    out: &Path,
+    checkpoint: &Checkpoint,
+    stop: &Stop,
+) -> anyhow::Result<Report> {
+    let mut handles = Vec::with_capacity(config.parties.len());
+    for (name, handle) in connect(&config).await? {
+        let recorded = checkpoint.party(&name, handle)?;
+        handles.push((name, recorded));
+    }
+    let (settings, start, route) = settings_of(&config, model.as_ref())?;
     let mut comments = vec![match &config.model {
         Some(spec) => ("model_spec".to_string(), serde_json::to_string(spec)?),
         None => (

@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::federation::{Federation, NoiseChoice, PartyHandle, PartyInfo, Query};
+use crate::federation::{Federation, NoiseChoice, PartyHandle, PartyInfo, Query, RunPlan};
 use crate::interrupt::Stop;
 use crate::job::{INIT_STREAM, Inits, JobResult, JobSettings};
 use crate::kernels::ChainLink;
@@ -70,19 +70,14 @@ pub fn plan_noise(
     Ok(NoiseChoice::Tau(tau))
 }
 
-/// Runs the route against `parties` (described and checked by the caller): plans, opens,
-/// releases, closes, samples. Every refusal it can decide comes before the run is opened.
-#[allow(clippy::too_many_arguments)] // the whole job, as `job::run` gives it
-pub async fn run<P: PartyHandle>(
-    federation: &Federation<P>,
-    model: Arc<dyn Model>,
-    parties: Vec<PartyInfo>,
+/// The route's releases and each party's plan for them, or why it cannot run: every check
+/// `run` makes before it opens anything (a dry run stops here).
+pub fn plan(
+    model: &dyn Model,
+    parties: &[PartyInfo],
     settings: &JobSettings,
-    out: &std::path::Path,
-    mut comments: Vec<(String, String)>,
-    stop: &Stop,
-) -> anyhow::Result<JobResult> {
-    let schedule = schedule(model.as_ref()).map_err(anyhow::Error::msg)?;
+) -> anyhow::Result<(Schedule, NoiseChoice, Vec<RunPlan>)> {
+    let schedule = schedule(model).map_err(anyhow::Error::msg)?;
     if let Some(i) = settings.iterations {
         anyhow::bail!(
             "the summaries route takes no --iterations ({i}): it releases {} summaries and samples until the chains converge",
@@ -96,11 +91,27 @@ pub async fn run<P: PartyHandle>(
         );
     }
     let noise =
-        plan_noise(&parties, schedule.releases(), settings.tau).map_err(anyhow::Error::msg)?;
+        plan_noise(parties, schedule.releases(), settings.tau).map_err(anyhow::Error::msg)?;
     let plans = settings
         .variant
-        .plans(&parties, 1, schedule.releases(), 0.0, noise)
+        .plans(parties, 1, schedule.releases(), 0.0, noise)
         .map_err(anyhow::Error::msg)?;
+    Ok((schedule, noise, plans))
+}
+
+/// Runs the route against `parties` (described and checked by the caller): plans, opens,
+/// releases, closes, samples. Every refusal it can decide comes before the run is opened.
+#[allow(clippy::too_many_arguments)] // the whole job, as `job::run` gives it
+pub async fn run<P: PartyHandle>(
+    federation: &Federation<P>,
+    model: Arc<dyn Model>,
+    parties: Vec<PartyInfo>,
+    settings: &JobSettings,
+    out: &std::path::Path,
+    mut comments: Vec<(String, String)>,
+    stop: &Stop,
+) -> anyhow::Result<JobResult> {
+    let (schedule, noise, plans) = plan(model.as_ref(), &parties, settings)?;
     output::prepare_dir(out)?;
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");

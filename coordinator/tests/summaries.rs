@@ -333,3 +333,57 @@ async fn a_plan_too_short_after_the_initialiser_is_refused_before_it_spends() {
     let err = f.refused(&s).await;
     assert!(err.contains("draws are needed to split chains"), "{err}");
 }
+
+/// A dry run (`job::preview`) says what each party would be asked for and spends nothing:
+/// the summaries route's releases, and a penalty job planned on what the private
+/// initialiser would leave.
+#[tokio::test]
+async fn a_dry_run_plans_each_party_and_spends_nothing() {
+    let spec = ModelSpec::Glm(GlmSpec::example(Family::Logistic, 3));
+    let f = federated(&spec, 3000, 3.0, 9);
+    let plan = job::preview(
+        &f.federation,
+        &f.model,
+        &settings(Variant::Summaries, None),
+        &private_start(f.model.as_ref(), 2.0),
+    )
+    .await
+    .unwrap();
+    assert!(
+        plan.contains("dry run: nothing was opened or released"),
+        "{plan}"
+    );
+    assert!(plan.contains("releases: 8 per party"), "{plan}");
+    let mut penalty = settings(Variant::Penalty, Some(0.5));
+    (penalty.clip, penalty.proposal_sd) = (1e6, 0.05);
+    let plan = job::preview(
+        &f.federation,
+        &f.model,
+        &penalty,
+        &private_start(f.model.as_ref(), 1e6),
+    )
+    .await
+    .unwrap();
+    assert!(
+        plan.contains("initialiser: first, 10% of each party's remaining budget"),
+        "{plan}"
+    );
+    assert!(plan.contains("sampling: 4 chains × "), "{plan}");
+    for i in 1..=3 {
+        assert!(plan.contains(&format!("party-{i} ")), "{plan}");
+    }
+    for node in &f.nodes {
+        assert_eq!(node.describe().epsilon_committed, 0.0);
+    }
+    // A plan that cannot fit is refused by the dry run as by the run.
+    penalty.iterations = Some(10_000_000);
+    let e = job::preview(
+        &f.federation,
+        &f.model,
+        &penalty,
+        &private_start(f.model.as_ref(), 1e6),
+    )
+    .await
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("budget"), "{e:#}");
+}

@@ -81,12 +81,51 @@ fn parties_and_coordinator_as_separate_processes_survive_a_crash() {
     // Make the party directories (and spend a little) with a simulation.
     let (sim, mut parties, configs) = simulated_federation(dir.path(), "20");
     let run_config = write_run_config(dir.path(), &sim, &parties, 200, None);
+    // A dry run first: the plan per party, nothing opened, released or written.
+    let (ok, plan, stderr) = run(Command::new(bin("coordinator"))
+        .args(["run", "--dry-run", "--config"])
+        .arg(&run_config));
+    assert!(ok, "dry run failed: {stderr}");
+    assert!(
+        plan.contains("dry run: nothing was opened or released"),
+        "{plan}"
+    );
+    let planned_after: Vec<f64> = (1..=3)
+        .map(|i| {
+            let line = plan
+                .lines()
+                .find(|l| l.starts_with(&format!("party-{i} ")))
+                .unwrap_or_else(|| panic!("no line for party-{i}: {plan}"));
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells[4], "400", "2 chains × 200 steps: {line}");
+            cells[6].parse().unwrap()
+        })
+        .collect();
+    let (ok, plan_again, _) = run(Command::new(bin("coordinator"))
+        .args(["run", "--dry-run", "--config"])
+        .arg(&run_config));
+    assert!(
+        ok && plan_again == plan,
+        "a dry run spends nothing: {plan_again}"
+    );
     let (ok, stdout, stderr) = run(Command::new(bin("coordinator"))
         .args(["run", "--config"])
         .arg(&run_config)
         .arg("--out")
         .arg(dir.path().join("run-1")));
     assert!(ok, "run failed: {stderr}");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run-1/summary.json")).unwrap(),
+    )
+    .unwrap();
+    for (i, planned) in planned_after.iter().enumerate() {
+        let committed = summary["parties"][i]["epsilon_committed"].as_f64().unwrap();
+        assert!(
+            (committed - planned).abs() <= 1e-3 * committed,
+            "party-{}: the dry run said ε {planned} after, the run committed {committed}",
+            i + 1
+        );
+    }
     assert!(stdout.contains("theta.2"), "{stdout}");
     let summary: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("run-1/summary.json")).unwrap(),
