@@ -103,6 +103,7 @@ impl LogDensity for MeanPosterior {
 mod tests {
     use super::*;
     use crate::models::{BananaSpec, ModelSpec};
+    use crate::noise_aware::assert_gradient;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
@@ -128,23 +129,7 @@ mod tests {
     fn the_gradient_matches_finite_differences() {
         let model = banana();
         let post = MeanPosterior::new(Arc::clone(&model), &[30.0, -12.0, 5.0], 40.0, 50);
-        let x = [0.2, 0.9, -0.4];
-        let mut grad = vec![0.0; 3];
-        let mut scratch = vec![0.0; 3];
-        post.log_density(&x, &mut grad);
-        for k in 0..3 {
-            let h = 1e-6;
-            let (mut up, mut down) = (x.to_vec(), x.to_vec());
-            up[k] += h;
-            down[k] -= h;
-            let fd = (post.log_density(&up, &mut scratch) - post.log_density(&down, &mut scratch))
-                / (2.0 * h);
-            assert!(
-                (fd - grad[k]).abs() < 1e-5 * (1.0 + fd.abs()),
-                "{k}: {fd} vs {}",
-                grad[k]
-            );
-        }
+        assert_gradient(&post, &[0.2, 0.9, -0.4], 1e-5);
     }
 
     /// Without noise the density is the model's exact posterior, up to a constant.

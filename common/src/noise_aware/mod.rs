@@ -6,6 +6,7 @@
 //! the noise (Bernstein & Sheldon 2018; Kulkarni et al. 2021): `quadratic` holds it for the
 //! GLMs' quadratic summaries, `means` for the Gaussian-likelihood models' exact sums, `hmc`
 //! samples either with exact gradients, at no further privacy cost.
+mod factor;
 pub mod hmc;
 pub mod means;
 pub mod quadratic;

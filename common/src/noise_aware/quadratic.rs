@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use nalgebra::{DMatrix, DVector};
 
-use super::LogDensity;
 use super::tilted::TiltedPosterior;
+use super::{LogDensity, factor};
 use crate::models::Model;
 use crate::models::summaries::quadratic;
 
@@ -204,30 +204,10 @@ impl QuadraticPosterior {
     /// A point to start from: θ the [`Approximation`]'s mode, L the Cholesky factor of Â
     /// made positive definite.
     pub fn initial(&self) -> Vec<f64> {
-        let d = self.d();
         let mut x = Approximation::of(self.model.as_ref(), &self.release).mode;
         let a = positive_definite(&self.a_hat, floor_of(&self.release));
-        let l = a.cholesky().expect("positive definite").l();
-        for i in 0..d {
-            for j in 0..=i {
-                x.push(if i == j { l[(i, i)].ln() } else { l[(i, j)] });
-            }
-        }
+        factor::push(&mut x, &a.cholesky().expect("positive definite").l());
         x
-    }
-
-    /// L from the sampler's coordinates after θ.
-    fn factor(&self, x: &[f64]) -> DMatrix<f64> {
-        let d = self.d();
-        let mut l = DMatrix::zeros(d, d);
-        let mut k = d;
-        for i in 0..d {
-            for j in 0..=i {
-                l[(i, j)] = if i == j { x[k].exp() } else { x[k] };
-                k += 1;
-            }
-        }
-        l
     }
 }
 
@@ -241,7 +221,7 @@ impl LogDensity for QuadraticPosterior {
         let d = self.d();
         let s2 = self.release.noise_variance;
         let theta = &x[..d];
-        let l = self.factor(x);
+        let l = factor::read(&x[d..], d);
         let a = &l * l.transpose();
         let delta = DVector::from_fn(d, |i, _| theta[i] - self.release.centre[i]);
         let r = DVector::from_column_slice(&self.release.g) - &a * &delta;
@@ -269,12 +249,7 @@ impl LogDensity for QuadraticPosterior {
             }
         }
         value += self.model.log_prior(theta);
-        // Jacobian of A = LLᵀ and of the log diagonal.
-        let mut k = d;
-        for i in 0..d {
-            value += (d - i + 1) as f64 * x[k + i];
-            k += i + 1;
-        }
+        value += factor::log_jacobian(&x[d..], d);
         if !value.is_finite() {
             return f64::NEG_INFINITY;
         }
@@ -284,19 +259,7 @@ impl LogDensity for QuadraticPosterior {
         for i in 0..d {
             grad[i] += a_c_inv_r[i];
         }
-        // ∂/∂L = 2ḠL on the lower triangle, times L_ii on the log diagonal, plus the Jacobian.
-        let dl = (&gbar * &l) * 2.0;
-        let mut k = d;
-        for i in 0..d {
-            for j in 0..=i {
-                grad[k] = if i == j {
-                    dl[(i, i)] * l[(i, i)] + (d - i + 1) as f64
-                } else {
-                    dl[(i, j)]
-                };
-                k += 1;
-            }
-        }
+        factor::gradient(&gbar, &l, &mut grad[d..]);
         value
     }
 }

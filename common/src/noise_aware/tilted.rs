@@ -39,8 +39,8 @@ use std::sync::Arc;
 
 use nalgebra::{DMatrix, DVector};
 
-use super::LogDensity;
 use super::quadratic::{Approximation, Release, positive_definite};
+use super::{LogDensity, factor};
 use crate::models::Model;
 use crate::models::summaries::quadratic;
 
@@ -164,11 +164,7 @@ impl TiltedPosterior {
             .cholesky()
             .expect("positive definite")
             .l();
-        for i in 0..p {
-            for j in 0..=i {
-                x.push(if i == j { l[(i, i)].ln() } else { l[(i, j)] });
-            }
-        }
+        factor::push(&mut x, &l);
         x
     }
 
@@ -191,20 +187,8 @@ impl TiltedPosterior {
                 take(x[d + i], self.columns[i])
             }
         });
-        let mut l = DMatrix::zeros(p, p);
-        let mut k = 2 * d;
-        for i in 0..p {
-            for j in 0..=i {
-                if i == j {
-                    l[(i, i)] = x[k].exp();
-                    // Muirhead's Jacobian of S = LLᵀ (1982, Thm 2.1.9) and the log diagonal.
-                    log_jacobian += (p - i + 1) as f64 * x[k];
-                } else {
-                    l[(i, j)] = x[k];
-                }
-                k += 1;
-            }
-        }
+        let l = factor::read(&x[2 * d..], p);
+        log_jacobian += factor::log_jacobian(&x[2 * d..], p);
         let free = &l * l.transpose();
         let s = DMatrix::from_fn(d, d, |i, j| {
             if i == 0 || j == 0 {
@@ -310,20 +294,8 @@ impl LogDensity for TiltedPosterior {
         for j in 1..d {
             grad[d + j] = chain(j, d_mu[j]);
         }
-        // ∂/∂L = 2GL on S's block, times L_ii on the log diagonal, plus the Jacobian's.
         let block = DMatrix::from_fn(p, p, |i, j| g_s[(i + 1, j + 1)]);
-        let d_l = (&block * &un.l) * 2.0;
-        let mut k = 2 * d;
-        for i in 0..p {
-            for j in 0..=i {
-                grad[k] = if i == j {
-                    d_l[(i, i)] * un.l[(i, i)] + (p - i + 1) as f64
-                } else {
-                    d_l[(i, j)]
-                };
-                k += 1;
-            }
-        }
+        factor::gradient(&block, &un.l, &mut grad[2 * d..]);
         value
     }
 }
