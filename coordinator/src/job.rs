@@ -291,7 +291,7 @@ pub async fn preview<P: PartyHandle>(
         settings.variant.describe()
     );
     let mut init_share = 0.0;
-    let (plans, steps_cost) = if settings.variant == Variant::Summaries {
+    let plans = if settings.variant == Variant::Summaries {
         if let Start::Given(inits) = start {
             anyhow::bail!(
                 "the summaries route starts its chains from its own releases; a start ({}) applies to the per-iteration variants",
@@ -303,7 +303,7 @@ pub async fn preview<P: PartyHandle>(
             "releases: {} per party, then the noise-aware posterior is sampled until every chain converges, at no further cost\n",
             schedule.releases()
         );
-        (plans, false)
+        plans
     } else {
         let planned_on = match start {
             Start::Given(inits) => {
@@ -337,7 +337,7 @@ pub async fn preview<P: PartyHandle>(
             "sampling: {} chains × {} iterations ({} of warm-up)\n",
             config.chains, config.iterations, config.warmup
         );
-        (run_plans(&planned_on, threshold, settings, &planned)?, true)
+        run_plans(&planned_on, threshold, settings, &planned)?
     };
     out += &format!(
         "\n{:<16} {:>9} {:>10} {:>12} {:>9} {:>10} {:>16}\n",
@@ -347,15 +347,9 @@ pub async fn preview<P: PartyHandle>(
         let steps = u64::from(plan.chains) * plan.steps_per_chain;
         let (tau, after) = match plan.noise {
             NoiseChoice::Tau(tau) => {
-                let run_mu = if steps_cost {
-                    settings
-                        .variant
-                        .mu_per_iteration(tau, p.rows)
-                        .map(|mu| mu * plan.steps_per_chain as f64 * f64::from(plan.chains))
-                } else {
-                    Some(steps as f64 * accountant::mu_per_release(tau * (p.rows as f64).sqrt()))
-                };
-                let after = run_mu.and_then(|run| {
+                let run_mu = settings.variant.mu_per_iteration(tau, p.rows);
+                let after = run_mu.and_then(|per_step| {
+                    let run = per_step * steps as f64;
                     let budget = accountant::max_mu(p.epsilon, p.delta).ok()?;
                     let spent = budget - p.mu_remaining + init_share * p.mu_remaining + run;
                     let epsilon = accountant::GaussianComposition::from_mu(spent)

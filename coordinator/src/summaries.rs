@@ -6,7 +6,6 @@
 //! summary and privacy report are those of every variant.
 use std::sync::Arc;
 
-use fedmcmc_common::accountant;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::models::summaries::quadratic;
 use fedmcmc_common::noise_aware::LogDensity;
@@ -59,7 +58,10 @@ pub fn plan_noise(
         return Err(format!("tau must be a positive number, got {tau}"));
     }
     for p in parties {
-        let mu = releases as f64 * accountant::mu_per_release(tau * (p.rows as f64).sqrt());
+        let mu = releases as f64
+            * Variant::Summaries
+                .mu_per_iteration(tau, p.rows)
+                .expect("one Gaussian release per step");
         if mu > p.mu_remaining {
             return Err(format!(
                 "the summaries route's {releases} releases at τ = {tau} do not fit the privacy budget of party {} (ε = {}, δ = {:e}, ε = {:.4} already committed): give a larger --tau, or leave it out and each party calibrates the noise to what it has left",

@@ -220,12 +220,13 @@ impl Variant {
     /// The privacy-loss parameter μ one iteration costs a party with `rows` rows at ratio τ,
     /// for the variants made of plain Gaussian releases (μ = 1/(2s²) per release at
     /// multiplier s, composed by adding, Räisä 2020, Thms 3.2 and 4.3); `None` for the
-    /// subsampled ones, which the parties' accountants plan.
+    /// subsampled ones, which the parties' accountants plan. A step of the summaries route is
+    /// one release of its summary.
     pub fn mu_per_iteration(&self, tau: f64, rows: u64) -> Option<f64> {
         let sqrt_n = (rows as f64).sqrt();
         let ratio = accountant::mu_per_release(tau * sqrt_n);
         match *self {
-            Variant::Penalty | Variant::SufficientStatistics => Some(ratio),
+            Variant::Penalty | Variant::SufficientStatistics | Variant::Summaries => Some(ratio),
             Variant::Hmc {
                 leapfrog_steps,
                 gradient_tau,
@@ -235,7 +236,7 @@ impl Variant {
                     + (f64::from(leapfrog_steps) + 1.0)
                         * accountant::mu_per_release(gradient_tau * sqrt_n),
             ),
-            Variant::MinibatchPenalty { .. } | Variant::Barker { .. } | Variant::Summaries => None,
+            Variant::MinibatchPenalty { .. } | Variant::Barker { .. } => None,
         }
     }
 

@@ -341,14 +341,17 @@ async fn a_plan_too_short_after_the_initialiser_is_refused_before_it_spends() {
 async fn a_dry_run_plans_each_party_and_spends_nothing() {
     let spec = ModelSpec::Glm(GlmSpec::example(Family::Logistic, 3));
     let f = federated(&spec, 3000, 3.0, 9);
-    let plan = job::preview(
-        &f.federation,
-        &f.model,
-        &settings(Variant::Summaries, None),
-        &private_start(f.model.as_ref(), 2.0),
-    )
-    .await
-    .unwrap();
+    // The private initialiser's start, with the run's gradient clip.
+    let preview = |settings: JobSettings, clip: f64| {
+        let f = &f;
+        async move {
+            let start = private_start(f.model.as_ref(), clip);
+            job::preview(&f.federation, &f.model, &settings, &start).await
+        }
+    };
+    let plan = preview(settings(Variant::Summaries, None), 2.0)
+        .await
+        .unwrap();
     assert!(
         plan.contains("dry run: nothing was opened or released"),
         "{plan}"
@@ -356,14 +359,7 @@ async fn a_dry_run_plans_each_party_and_spends_nothing() {
     assert!(plan.contains("releases: 8 per party"), "{plan}");
     let mut penalty = settings(Variant::Penalty, Some(0.5));
     (penalty.clip, penalty.proposal_sd) = (1e6, 0.05);
-    let plan = job::preview(
-        &f.federation,
-        &f.model,
-        &penalty,
-        &private_start(f.model.as_ref(), 1e6),
-    )
-    .await
-    .unwrap();
+    let plan = preview(penalty.clone(), 1e6).await.unwrap();
     assert!(
         plan.contains("initialiser: first, 10% of each party's remaining budget"),
         "{plan}"
@@ -377,13 +373,6 @@ async fn a_dry_run_plans_each_party_and_spends_nothing() {
     }
     // A plan that cannot fit is refused by the dry run as by the run.
     penalty.iterations = Some(10_000_000);
-    let e = job::preview(
-        &f.federation,
-        &f.model,
-        &penalty,
-        &private_start(f.model.as_ref(), 1e6),
-    )
-    .await
-    .unwrap_err();
+    let e = preview(penalty, 1e6).await.unwrap_err();
     assert!(format!("{e:#}").contains("budget"), "{e:#}");
 }
