@@ -66,6 +66,28 @@ fn seeded_node(
     (node, model)
 }
 
+/// The answers to steps 0 … n − 1 of chain 0 of run `run_id`, each asking `query`.
+async fn steps(node: &PartyNode, run_id: &str, n: u64, query: Query<'_>) -> Vec<Contribution> {
+    let mut answers = Vec::with_capacity(n as usize);
+    for step in 0..n {
+        let key = StepKey {
+            run_id,
+            chain: 0,
+            step,
+        };
+        answers.push(node.step(&key, query).await.unwrap());
+    }
+    answers
+}
+
+/// The sample mean and unbiased variance.
+fn mean_var(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var)
+}
+
 /// Releases at fixed (θ, θ′) are T·Σ clip(r_x, b) over the untempered ratios r_x, with
 /// b = clip·‖θ′ − θ‖, rounded to the public grid γ of s·2·T·b, plus exact discrete noise
 /// with the stated σ² = (s·(2·T·b + γ))², every value a multiple of γ: the sample mean is
@@ -93,18 +115,12 @@ async fn check_releases(spec: ModelSpec, clip: f64, theta: [f64; 2], prop: [f64;
     let (s, delta) = (grant.noise_multiplier, 2.0 * model.temperature() * b);
     let grid = fedmcmc_common::mechanism::grid_step(s * delta).unwrap();
     let expected_var = (s * (delta + grid)).powi(2);
+    let query = Query::LogLikRatio {
+        theta: &theta,
+        theta_proposed: &prop,
+    };
     let mut values = Vec::with_capacity(N as usize);
-    for step in 0..N {
-        let key = StepKey {
-            run_id: &grant.run_id,
-            chain: 0,
-            step,
-        };
-        let query = Query::LogLikRatio {
-            theta: &theta,
-            theta_proposed: &prop,
-        };
-        let c = node.step(&key, query).await.unwrap();
+    for c in steps(&node, &grant.run_id, N, query).await {
         assert!((c.noise_variance - expected_var).abs() <= 1e-12 * expected_var);
         assert_eq!(
             (c.value[0] / grid).fract(),
@@ -114,8 +130,7 @@ async fn check_releases(spec: ModelSpec, clip: f64, theta: [f64; 2], prop: [f64;
         values.push(c.value[0]);
     }
     let n = N as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let (mean, var) = mean_var(&values);
     let z_mean = (mean - exact) / (expected_var / n).sqrt();
     let z_var = (var / expected_var - 1.0) / (2.0 / (n - 1.0)).sqrt();
     println!("{N} releases: z(mean) = {z_mean:+.2}, z(variance) = {z_var:+.2}");
@@ -161,24 +176,17 @@ async fn barker_releases_carry_their_share_of_c() {
     };
     let grant = node.open_run(plan, &model.fingerprint()).await.unwrap();
     let (theta, theta_proposed) = ([0.0, 3.0], [0.3, 2.4]);
+    let query = Query::BarkerLogLikRatio {
+        theta: &theta,
+        theta_proposed: &theta_proposed,
+    };
     let mut values = Vec::with_capacity(N as usize);
-    for step in 0..N {
-        let key = StepKey {
-            run_id: &grant.run_id,
-            chain: 0,
-            step,
-        };
-        let query = Query::BarkerLogLikRatio {
-            theta: &theta,
-            theta_proposed: &theta_proposed,
-        };
-        let c = node.step(&key, query).await.unwrap();
+    for c in steps(&node, &grant.run_id, N, query).await {
         assert!((c.noise_variance - share).abs() < 1e-12 * share);
         values.push(c.value[0]);
     }
     let n = N as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let (_, var) = mean_var(&values);
     let fpc = 1.0 - batch as f64 / rows as f64;
     let se = (2.0 / (n - 1.0)).sqrt();
     println!("Barker releases: variance {var:.4} vs share {share} (fpc {fpc:.3})");
