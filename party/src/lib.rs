@@ -35,6 +35,7 @@ pub mod secure;
 pub mod service;
 pub mod statistics;
 pub mod store;
+mod throttle;
 pub mod tls;
 pub mod variants;
 

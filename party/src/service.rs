@@ -1,6 +1,7 @@
 //! The gRPC face of a party: authenticate, decode, call the node, map errors to statuses.
 //! No business logic lives here.
 use std::future::Future;
+use std::hash::RandomState;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use crate::node::{
 use crate::release::StepKey;
 use crate::secure::{Announcement, Terms};
 use crate::statistics::Query;
+use crate::throttle::{self, Caller, Throttle};
 
 pub const PROTOCOL_VERSION: &str = "fedmcmc.v1";
 
@@ -76,11 +78,18 @@ pub fn variant_from_name(name: &str) -> pb::Variant {
 
 pub struct PartyService {
     node: Arc<PartyNode>,
+    /// Describe's pace per caller ([`crate::throttle`]).
+    describe_pace: Throttle,
+    callers: RandomState,
 }
 
 impl PartyService {
     pub fn new(node: Arc<PartyNode>) -> Self {
-        PartyService { node }
+        PartyService {
+            node,
+            describe_pace: Throttle::default(),
+            callers: RandomState::new(),
+        }
     }
 }
 
@@ -196,8 +205,19 @@ impl Party for PartyService {
 
     async fn describe(
         &self,
-        _request: Request<pb::DescribeRequest>,
+        request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
+        if !self
+            .describe_pace
+            .turn(Caller::of(&request, &self.callers))
+            .await
+        {
+            return Err(Status::resource_exhausted(format!(
+                "Describe is paced at {} calls per second per caller and this caller's queue is over {} s long; call again later",
+                throttle::PER_SECOND,
+                throttle::MAX_WAIT.as_secs()
+            )));
+        }
         let d = self.node.describe();
         Ok(Response::new(pb::DescribeResponse {
             protocol_version: PROTOCOL_VERSION.into(),

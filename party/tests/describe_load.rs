@@ -23,8 +23,8 @@ const ROWS: usize = 2_000;
 const CLOSED_RUNS: usize = 200;
 const DESCRIBERS: usize = 8;
 const TOKEN: &str = "describe-load-token";
-/// Steps measured under load: few, as each took seconds before Describe stopped composing.
-const LOADED_STEPS: usize = 12;
+/// Steps measured under load.
+const LOADED_STEPS: usize = 200;
 
 /// `runs` closed minibatch runs of one release each, the i-th at multiplier 1 + i/100, written
 /// straight to the ledger (as a caller's open/step/close loop would leave it, without the
@@ -105,9 +105,6 @@ async fn steps(client: &mut Client, run_id: &str, next: &AtomicU64, steps: usize
         let start = Instant::now();
         client.step(request).await.unwrap();
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
-        if steps == LOADED_STEPS {
-            println!("  step {step}: {:.1} ms", latencies[latencies.len() - 1]);
-        }
     }
     latencies
 }
@@ -193,6 +190,8 @@ fn step_latency_while_clients_loop_on_describe() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (loaded, before) = (Instant::now(), described.load(Ordering::SeqCst));
         let latencies = steps(&mut stepper, &grant.run_id, &next, LOADED_STEPS).await;
+        // The describers are paced (`throttle.rs`): hold the load a second more to see at what rate.
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let seconds = loaded.elapsed().as_secs_f64();
         done.store(true, Ordering::SeqCst);
         for l in loops {

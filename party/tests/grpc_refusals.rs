@@ -271,6 +271,49 @@ async fn two_authorization_headers_are_refused_in_either_order() {
     party.stop().await;
 }
 
+/// Describe is paced per caller (20 a second after a burst of 20; waits over 2 s are refused):
+/// a flood of 100 at once gets the burst and 2 s of the pace answered and the rest refused as
+/// RESOURCE_EXHAUSTED with a sentence, while the same caller's Step is answered meanwhile.
+#[tokio::test]
+async fn a_describe_flood_is_paced_and_steps_go_on() {
+    let (_dir, party, mut c) = fresh().await;
+    let grant = open(&mut c, &party.fingerprint, plan(1, 4, tau(1.0)))
+        .await
+        .unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        clients.push(party.client().await); // other connections from the same address
+    }
+    let flood: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| tokio::spawn(async move { c.describe(pb::DescribeRequest {}).await }))
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    llr(&mut c, &grant.run_id, 0, 0, vec![0.0, 3.0], vec![0.1, 3.0])
+        .await
+        .unwrap();
+    let (mut answered, mut refused) = (0, 0);
+    for call in flood {
+        match call.await.unwrap() {
+            Ok(_) => answered += 1,
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(
+                    e.message()
+                        .starts_with("Describe is paced at 20 calls per second per caller"),
+                    "{}",
+                    e.message()
+                );
+                refused += 1;
+            }
+        }
+    }
+    // 20 at once and 41 more spaced 50 ms apart up to 2 s, give or take the calls' spread.
+    assert!((55..=70).contains(&answered), "{answered} answered");
+    assert_eq!(answered + refused, 100);
+    party.stop().await;
+}
+
 /// The allow-list of client certificate names holds for the health service as for the
 /// party's own: a certificate from the federation's CA whose name the party does not admit is
 /// refused by both (PERMISSION_DENIED), and the admitted one gets the health answer without
