@@ -21,9 +21,12 @@
 //!   never increases a divergence. That pair is realised by a batch sum of one differing row,
 //!   so each accountant's bound at (γ′, s′) covers it. The cost is over-counting, only for a
 //!   caller who spread more groups than that.
-//! - Other releases (DP Barker's, whose noise is fixed by their batch) are kept as recorded:
-//!   they have no privacy-loss distribution, so only the Rényi accountant composes them, at a
-//!   cost per group without FFTs.
+//! - DP Barker releases merge exactly by batch and population: their noise is fixed by the
+//!   batch (Räisä 2020, Thm 3.3), so the multiplier a run recorded plays no part in their
+//!   accounting and runs at one batch are one group. They have no privacy-loss distribution,
+//!   so only the Rényi accountant composes them, about a millisecond per group; the groups are
+//!   bounded because a party opens a run at a new batch only while a population has fewer
+//!   than [`MAX_BARKER_GROUPS`] ([`crate::runs::Runs::new_barker_batch_refused`]).
 use std::collections::BTreeMap;
 
 use fedmcmc_common::accountant::{MechanismKind, Release};
@@ -32,6 +35,9 @@ use crate::runs::Charge;
 
 /// Most groups of batch Gaussian releases per population that closed runs compose as.
 pub(crate) const MAX_BATCH_GROUPS: usize = 8;
+
+/// Most distinct DP Barker batches per population, closed and open runs together.
+pub(crate) const MAX_BARKER_GROUPS: usize = 32;
 
 /// Grid cells per octave of batch and of multiplier, finest first; at 0 every group of a
 /// population is one cell.
@@ -53,6 +59,7 @@ pub(crate) fn folded(charges: &[Charge]) -> Vec<Release> {
     let mut out = Vec::new();
     let mut gaussian = Precision::default();
     let mut batches: BTreeMap<u64, Vec<Batch>> = BTreeMap::new();
+    let mut barker: BTreeMap<(u64, u64), Release> = BTreeMap::new();
     for c in charges.iter().filter(|c| c.releases > 0) {
         match c.mechanism {
             MechanismKind::Gaussian => gaussian.add(c.releases, c.noise_multiplier),
@@ -63,6 +70,16 @@ pub(crate) fn folded(charges: &[Charge]) -> Vec<Release> {
                     count: c.releases,
                 })
             }
+            MechanismKind::DpBarker { batch, population } => {
+                barker
+                    .entry((population, batch))
+                    .or_insert(Release {
+                        mechanism: c.mechanism,
+                        noise_multiplier: c.noise_multiplier,
+                        count: 0.0,
+                    })
+                    .count += c.releases as f64
+            }
             mechanism => out.push(Release {
                 mechanism,
                 noise_multiplier: c.noise_multiplier,
@@ -70,6 +87,7 @@ pub(crate) fn folded(charges: &[Charge]) -> Vec<Release> {
             }),
         }
     }
+    out.extend(barker.into_values());
     out.extend(gaussian.release());
     for (population, groups) in batches {
         out.extend(fold_batches(groups).into_iter().map(|g| Release {
@@ -260,6 +278,28 @@ mod tests {
                 "{accountant}: {bound} against {exact}"
             );
         }
+    }
+
+    /// DP Barker runs at one batch are one group whatever multiplier each recorded (it plays
+    /// no part in their accounting), with the same ε as the unfolded charges.
+    #[test]
+    fn barker_charges_merge_by_batch() {
+        let barker = |batch| MechanismKind::DpBarker {
+            batch,
+            population: POPULATION,
+        };
+        let charges: Vec<_> = [(100, 1.0, 3), (100, 2.5, 4), (200, 1.0, 2), (100, 7.0, 1)]
+            .map(|(b, s, k)| charge(barker(b), s, k))
+            .into();
+        let folded = folded(&charges);
+        let groups: Vec<_> = folded.iter().map(|r| (r.mechanism, r.count)).collect();
+        assert_eq!(groups, [(barker(100), 8.0), (barker(200), 2.0)]);
+        let rdp = Choice::Only(Method::Rdp);
+        let (exact, merged) = (epsilon(rdp, unfolded(&charges)), epsilon(rdp, folded));
+        assert!(
+            (merged - exact).abs() <= 1e-12 * exact,
+            "{merged} against {exact}"
+        );
     }
 
     /// However widely a caller spreads batches and noise, the groups stay within the cap.

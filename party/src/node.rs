@@ -361,6 +361,14 @@ impl PartyNode {
                 self.limits.lease_seconds
             )));
         }
+        let refused = self
+            .runs
+            .lock()
+            .expect("runs lock")
+            .new_barker_batch_refused(mechanism);
+        if let Some(why) = refused {
+            return Err(PartyError::BudgetExhausted(why));
+        }
         let (budget, committed, rows) = (self.budget, self.committed(), self.data.n() as u64);
         let admitted =
             crate::accounting(move || budget.admit(&committed, mechanism, reserved, rows, noise))

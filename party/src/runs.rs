@@ -9,6 +9,7 @@ use fedmcmc_common::accountant::{MechanismKind, Release};
 
 use crate::aggregation::Aggregation;
 use crate::error::PartyError;
+use crate::fold::MAX_BARKER_GROUPS;
 use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
 use crate::variants::mechanism_of;
 
@@ -234,6 +235,36 @@ impl Runs {
                 },
             ),
         }
+    }
+}
+
+impl Runs {
+    /// Why a run releasing `mechanism` may not open: it is DP Barker at a batch new to its
+    /// population, which already has [`MAX_BARKER_GROUPS`] batches among closed and open runs
+    /// (each batch is one group the accountant composes with no cheaper form, `fold`). Public:
+    /// the batches come from the plans.
+    pub(crate) fn new_barker_batch_refused(&self, mechanism: MechanismKind) -> Option<String> {
+        let MechanismKind::DpBarker { batch, population } = mechanism else {
+            return None;
+        };
+        let mut batches: Vec<u64> = (self.charges.iter().map(|c| c.mechanism))
+            .chain(self.open.values().map(|r| r.mechanism))
+            .filter_map(|m| match m {
+                MechanismKind::DpBarker {
+                    batch,
+                    population: p,
+                } if p == population => Some(batch),
+                _ => None,
+            })
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
+        (batches.len() >= MAX_BARKER_GROUPS && batches.binary_search(&batch).is_err()).then(|| {
+            format!(
+                "this party has run DP Barker at {MAX_BARKER_GROUPS} batch sizes, the most it composes; \
+                 plan a batch of one of {batches:?} rows, not {batch}"
+            )
+        })
     }
 }
 

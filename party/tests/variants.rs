@@ -495,3 +495,23 @@ async fn a_ratio_of_theta_to_itself_is_answered_without_a_charge() {
     }
     assert_eq!(node.describe().epsilon_committed, committed);
 }
+
+/// DP Barker's groups stay bounded: runs at 32 batch sizes open (each closed with a release,
+/// so each batch is a group the accountant composes), a 33rd batch is refused with a sentence
+/// naming the batches, and a run at a batch already used still opens.
+#[tokio::test]
+async fn barker_batches_are_capped_per_population() {
+    let (node, fingerprint) = node(Neighbours::Substitute, budget());
+    for batch in 16..48 {
+        charged(&node, &fingerprint, barker(batch, 2.0), 1).await;
+    }
+    match node.open_run(barker(48, 2.0), &fingerprint).await {
+        Err(PartyError::BudgetExhausted(why)) => assert!(
+            why.starts_with("this party has run DP Barker at 32 batch sizes")
+                && why.ends_with("not 48"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    charged(&node, &fingerprint, barker(20, 2.0), 1).await;
+}
