@@ -180,6 +180,18 @@ impl Preset {
             ProposalKind::Ocu | ProposalKind::Gwmh => one_component,
         })
     }
+
+    /// The thesis's DP Barker step and batch for this preset at dimension `d`, where it ran
+    /// one (Räisä 2020, Sec. 5; C = 2).
+    fn thesis_barker(self, d: usize) -> Option<(f64, u64)> {
+        match (self, d) {
+            (Preset::Banana, 2) => Some((8e-4, 1300)),
+            (Preset::Banana, 10) => Some((8e-4, 2600)),
+            (Preset::TemperedBanana, 2) => Some((0.12, 1300)),
+            (Preset::TemperedBanana, 10) => Some((0.04, 2600)),
+            _ => None,
+        }
+    }
 }
 
 /// The most rows a simulation makes: they are held in memory, a few GB at this count.
@@ -258,7 +270,8 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub proposal: Option<ProposalKind>,
     /// Minibatch variants: rows per step over the whole federation, split among the parties
-    /// in proportion to their rows; each party draws its share in secret [default: 1000].
+    /// in proportion to their rows; each party draws its share in secret [default: 1000;
+    /// for DP Barker on the banana presets the thesis's 1300 (d = 2) or 2600 (d = 10)].
     #[arg(long)]
     pub batch_size: Option<u64>,
     /// DP Barker: the total noise variance C, split among the parties like the batch;
@@ -287,7 +300,9 @@ pub struct SimulateArgs {
     /// Per-row clip on the untempered ratio: |ℓ(x|θ′) − ℓ(x|θ)| ≤ clip·‖θ′ − θ‖ [default: 2].
     #[arg(long)]
     pub clip: Option<f64>,
-    /// Initial random-walk sd [default: 0.008].
+    /// Initial random-walk sd [default: the thesis's for the preset and variant, else 0.008;
+    /// DP Barker's walk keeps it, as adapting it would move the chain into the clipped
+    /// posterior].
     #[arg(long)]
     pub proposal_sd: Option<f64>,
     /// Keep the random-walk sd fixed instead of adapting it during warm-up.
@@ -455,9 +470,16 @@ impl Simulation {
             (None, spec) => spec.expect("a model spec when there is no preset"),
         };
         let iterations = args.iterations;
+        let name = args.variant.unwrap_or(VariantName::Penalty);
+        // DP Barker's walk is not adapted (`kernels/barker.rs`): its step and batch default to
+        // the thesis's for the preset where it ran one.
+        let thesis_barker = match (name, preset.zip(dim)) {
+            (VariantName::Barker, Some((preset, d))) => preset.thesis_barker(d),
+            _ => None,
+        };
         let variant = Variant::new(
-            args.variant.unwrap_or(VariantName::Penalty),
-            args.batch_size,
+            name,
+            args.batch_size.or(thesis_barker.map(|(_, b)| b)),
             args.barker_c,
             HmcOptions {
                 leapfrog_steps: args.leapfrog_steps,
@@ -483,6 +505,7 @@ impl Simulation {
             _ => None,
         };
         let (thesis_tau, proposal_sd, clip) = thesis.unwrap_or((0.1, 0.008, 2.0));
+        let proposal_sd = thesis_barker.map_or(proposal_sd, |(sd, _)| sd);
         let clip = args.clip.unwrap_or(clip);
         // The full-data variant may run as long as the budget allows at a default τ; the
         // others are planned by the parties' accountants from their iterations.

@@ -285,7 +285,7 @@ impl Variant {
                 "minibatch DP penalty, federated (Räisä 2020, Sec. 3.4): {batch_size} rows per step"
             ),
             Variant::Barker { batch_size, c } => format!(
-                "DP Barker, federated (Heikkilä et al. 2019; Räisä 2020, Alg. 3): {batch_size} rows per step, C = {c}"
+                "DP Barker, federated (Heikkilä et al. 2019; Räisä 2020, Alg. 3): {batch_size} rows per step, C = {c}, random walk at a fixed step (adapting it would move the chain into the clipped posterior)"
             ),
             Variant::Hmc {
                 leapfrog_steps,

@@ -405,17 +405,23 @@ fn convergence_warning(s: &Summary) -> Option<String> {
         } else {
             ""
         };
+        // DP Barker's noise is fixed by its batch and C: it takes no τ.
+        let tau = if matches!(s.sampler, Variant::Barker { .. }) {
+            ""
+        } else {
+            ", or a larger τ (tau)"
+        };
         let advice = match budget_for_ess(&s.parties, least_ess) {
             // Its draws cost nothing: more iterations are not what it lacks.
             _ if s.sampler == Variant::Summaries => summaries_advice(s.draws_per_chain),
             Some((times, epsilon)) => format!(
                 "ESS 100 needs at least {times:.0} times the iterations (more while R-hat is \
                  high), so at this τ at least ε = {epsilon:.0} per party (simulate's --epsilon; \
-                 in a federation, each party's budget.epsilon){fewer}, or a larger τ (tau)"
+                 in a federation, each party's budget.epsilon){fewer}{tau}"
             ),
             None => format!(
                 "the privacy budget may allow too few iterations: consider a larger ε per party \
-                 (simulate's --epsilon; each party's budget.epsilon){fewer}, or a larger τ (tau)"
+                 (simulate's --epsilon; each party's budget.epsilon){fewer}{tau}"
             ),
         };
         format!(
