@@ -64,11 +64,19 @@ enum Command {
     Certs {
         #[arg(long)]
         dir: PathBuf,
-        /// Node names: the DNS names their certificates carry (a party's is its
-        /// `tls_name` in the run config; the coordinator's goes in the parties'
+        /// Node names: the DNS names or IP addresses their certificates carry (a party's is
+        /// its `tls_name` in the run config; the coordinator's goes in the parties'
         /// `allowed_clients`).
         #[arg(required = true)]
         names: Vec<String>,
+        /// Days the node certificates are valid (the CA, made on first use, ten years).
+        #[arg(long, default_value_t = fedmcmc_party::tls::DEFAULT_DAYS, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+        /// Replace the named nodes' certificates and keys (renewal, or a key thought stolen);
+        /// without it an existing certificate is never overwritten. Restart a node to load
+        /// its new files.
+        #[arg(long)]
+        renew: bool,
     },
 }
 
@@ -92,14 +100,21 @@ fn main() -> ExitCode {
                 Err(e) => failure(&e),
             };
         }
-        Command::Certs { dir, names } => {
-            return match fedmcmc_party::tls::issue(&dir, &names) {
+        Command::Certs {
+            dir,
+            names,
+            days,
+            renew,
+        } => {
+            use fedmcmc_party::tls;
+            return match tls::issue_with(&dir, &names, &tls::Issuing::days(days, renew)) {
                 Ok(issued) => {
-                    for name in issued {
+                    for cert in issued {
+                        let until = time::OffsetDateTime::from(cert.not_after).date();
                         println!(
-                            "{}  {}",
-                            fedmcmc_party::tls::node_cert(&dir, &name).display(),
-                            fedmcmc_party::tls::node_key(&dir, &name).display()
+                            "{}  {}  valid until {until}",
+                            tls::node_cert(&dir, &cert.name).display(),
+                            tls::node_key(&dir, &cert.name).display()
                         );
                     }
                     println!("CA: {}", fedmcmc_party::tls::ca_cert(&dir).display());

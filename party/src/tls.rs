@@ -17,7 +17,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use std::time::Duration;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
 
 use rustls::RootCertStore;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
@@ -244,53 +245,119 @@ pub fn files_for(dir: &Path, name: &str) -> TlsFiles {
     }
 }
 
-/// Issues a certificate for each of `names` (its DNS subject alternative name, for both
-/// server and client use) from the CA in `dir`, creating the CA first if `dir` has none.
-/// Private keys are written owner-only; an existing node certificate is never overwritten.
-/// Returns the names issued.
-pub fn issue(dir: &Path, names: &[String]) -> anyhow::Result<Vec<String>> {
+/// How long the node certificates [`issue`] makes are valid by default, in days: a year, so
+/// that a stolen key does not serve for ever; renew with `coordinator certs --renew`.
+pub const DEFAULT_DAYS: u32 = 365;
+/// The CA's validity when [`issue`] creates one, in days.
+const CA_DAYS: u64 = 3650;
+/// Node certificates start this long before they are made, for peers whose clocks lag.
+const CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+/// What [`issue_with`] makes: node certificates valid over `valid`, replacing existing ones
+/// (with new keys) if `renew`.
+#[derive(Clone, Debug)]
+pub struct Issuing {
+    pub valid: std::ops::Range<SystemTime>,
+    pub renew: bool,
+}
+
+impl Issuing {
+    /// Valid from now (less the clock skew allowed) for `days` days.
+    pub fn days(days: u32, renew: bool) -> Self {
+        let now = SystemTime::now();
+        Issuing {
+            valid: now - CLOCK_SKEW..now + Duration::from_secs(86_400 * u64::from(days)),
+            renew,
+        }
+    }
+}
+
+/// One certificate [`issue_with`] wrote.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    pub name: String,
+    pub not_after: SystemTime,
+}
+
+/// [`issue_with`] for [`DEFAULT_DAYS`], never replacing a certificate.
+pub fn issue(dir: &Path, names: &[String]) -> anyhow::Result<Vec<Issued>> {
+    issue_with(dir, names, &Issuing::days(DEFAULT_DAYS, false))
+}
+
+/// Issues a certificate for each of `names` (its subject alternative name, a DNS name or an IP
+/// address, for both server and client use) from the CA in `dir`, creating the CA first
+/// (valid ten years) if `dir` has none. Private keys are written owner-only. An existing node
+/// certificate is replaced only when renewing, with a new key: each file is written beside
+/// the old one and moved over it, so a node that reads them finds whole files.
+pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result<Vec<Issued>> {
+    if how.valid.end <= how.valid.start {
+        anyhow::bail!("a certificate's validity must end after it starts");
+    }
+    for name in names {
+        if DnsName::try_from(name.as_str()).is_err() && name.parse::<IpAddr>().is_err() {
+            anyhow::bail!("{name:?} is neither a DNS name nor an IP address");
+        }
+        if node_cert(dir, name).exists() && !how.renew {
+            anyhow::bail!(
+                "{} exists: a certificate for {name} was issued already (renew it with --renew)",
+                node_cert(dir, name).display()
+            );
+        }
+    }
     std::fs::create_dir_all(dir)?;
-    let ca_params = {
+    let ca_params = |valid: Option<std::ops::Range<SystemTime>>| -> anyhow::Result<_> {
         let mut p = CertificateParams::new(Vec::<String>::new())?;
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         p.distinguished_name
             .push(DnType::CommonName, "fedmcmc federation CA");
-        p
+        if let Some(valid) = valid {
+            p.not_before = valid.start.into();
+            p.not_after = valid.end.into();
+        }
+        Ok(p)
     };
     let ca_key = if ca_key(dir).exists() {
         KeyPair::from_pem(&std::fs::read_to_string(ca_key(dir))?)?
     } else {
         let key = KeyPair::generate()?;
-        let cert = ca_params.self_signed(&key)?;
+        let now = SystemTime::now();
+        let valid = now - CLOCK_SKEW..now + Duration::from_secs(86_400 * CA_DAYS);
+        let cert = ca_params(Some(valid))?.self_signed(&key)?;
         crate::config::write_secret(&ca_key(dir), &key.serialize_pem())?;
         std::fs::write(ca_cert(dir), cert.pem())?;
         key
     };
     // The CA's subject and key are all a certificate takes from its issuer, and `issue`
     // writes every CA with the same subject: so an existing CA is rebuilt from its key.
-    let issuer = Issuer::new(ca_params, ca_key);
+    let issuer = Issuer::new(ca_params(None)?, ca_key);
     let mut issued = Vec::new();
     for name in names {
-        DnsName::try_from(name.as_str())
-            .map_err(|_| anyhow::anyhow!("{name:?} is not a DNS name"))?;
-        if node_cert(dir, name).exists() {
-            anyhow::bail!(
-                "{} exists: a certificate for {name} was issued already",
-                node_cert(dir, name).display()
-            );
-        }
         let mut params = CertificateParams::new(vec![name.clone()])?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        params.not_before = how.valid.start.into();
+        params.not_after = how.valid.end.into();
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &issuer)?;
-        crate::config::write_secret(&node_key(dir, name), &key.serialize_pem())?;
-        std::fs::write(node_cert(dir, name), cert.pem())?;
-        issued.push(name.clone());
+        let (key_path, cert_path) = (node_key(dir, name), node_cert(dir, name));
+        let fresh = |p: &Path| {
+            p.with_extension(format!(
+                "{}.new",
+                p.extension().unwrap_or_default().display()
+            ))
+        };
+        crate::config::write_secret(&fresh(&key_path), &key.serialize_pem())?;
+        std::fs::write(fresh(&cert_path), cert.pem())?;
+        std::fs::rename(fresh(&key_path), &key_path)?;
+        std::fs::rename(fresh(&cert_path), &cert_path)?;
+        issued.push(Issued {
+            name: name.clone(),
+            not_after: how.valid.end,
+        });
     }
     Ok(issued)
 }

@@ -314,6 +314,76 @@ async fn a_describe_flood_is_paced_and_steps_go_on() {
     party.stop().await;
 }
 
+/// Certificates expire and are renewed: a coordinator certificate whose validity has passed
+/// is refused at the handshake; without renewal an existing certificate is never
+/// overwritten; renewed (a new key and certificate, `coordinator certs --renew`), the same
+/// name is answered. The party's own certificate names an IP address, as the coordinator
+/// dials it.
+#[tokio::test]
+async fn certificates_expire_are_renewed_and_may_name_an_ip_address() {
+    use fedmcmc_party::tls::{self, Issuing};
+    use std::time::{Duration, SystemTime};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("tls");
+    let (party_name, coordinator) = ("127.0.0.1".to_string(), "coordinator".to_string());
+    tls::issue(&ca, std::slice::from_ref(&party_name)).unwrap();
+    let (now, day) = (SystemTime::now(), Duration::from_secs(86_400));
+    let lapsed = Issuing {
+        valid: now - 2 * day..now - day,
+        renew: false,
+    };
+    tls::issue_with(&ca, std::slice::from_ref(&coordinator), &lapsed).unwrap();
+    let files = tls::files_for(&ca, &party_name);
+    let party = Running::start_with(&party_dir(dir.path(), 1.0, 1e-6), Some(files)).await;
+    let describe = |name: &str| {
+        let config = tls::files_for(&ca, name).client(&party_name).unwrap();
+        let address = format!("https://{}", party.addr);
+        async move {
+            let channel = Channel::from_shared(address)
+                .unwrap()
+                .tls_config(config)
+                .unwrap()
+                .connect()
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            let mut client = authorised(channel, &[TOKEN]);
+            client
+                .describe(pb::DescribeRequest {})
+                .await
+                .map(|d| d.into_inner().party_name)
+                .map_err(|e| format!("{e:?}"))
+        }
+    };
+    describe(&coordinator)
+        .await
+        .expect_err("an expired certificate");
+    let again = tls::issue(&ca, std::slice::from_ref(&coordinator)).unwrap_err();
+    assert!(
+        again
+            .to_string()
+            .ends_with("was issued already (renew it with --renew)"),
+        "{again}"
+    );
+    describe(&coordinator)
+        .await
+        .expect_err("still the expired certificate");
+    let bad = tls::issue(&ca, &["not a name!".to_string()]).unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "\"not a name!\" is neither a DNS name nor an IP address"
+    );
+    let renewed = tls::issue_with(
+        &ca,
+        std::slice::from_ref(&coordinator),
+        &Issuing::days(30, true),
+    )
+    .unwrap();
+    assert!(renewed[0].not_after > now + 29 * day);
+    assert_eq!(describe(&coordinator).await.unwrap(), "alpha");
+    party.stop().await;
+}
+
 /// The allow-list of client certificate names holds for the health service as for the
 /// party's own: a certificate from the federation's CA whose name the party does not admit is
 /// refused by both (PERMISSION_DENIED), and the admitted one gets the health answer without
