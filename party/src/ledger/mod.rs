@@ -2,7 +2,10 @@
 //! (WAL, `synchronous = FULL`, so the commit is fsync'd) before the answer leaves the process.
 //!
 //! Each entry is committed by the caller itself, under a lock on the connection: no caller is
-//! answered before its own entry is on disk. A hand-off to a writer thread was measured at
+//! answered before its own entry is on disk. Releases that queue while a commit holds the lock
+//! are committed together by the next caller to take it, in one transaction (group commit:
+//! one fsync for the group; 4 chains over gRPC loopback on durable ledgers went from 2 835 to
+//! 3 110 it/s in all, one bench run each way). A hand-off to a writer thread was measured at
 //! ~70 µs per release on these machines (two thread wake-ups), against ~3 µs for the SQLite
 //! insert itself; on a multi-threaded runtime the commit runs in `block_in_place`, so an
 //! fsync does not stall other tasks.
@@ -202,7 +205,7 @@ pub struct ClosedRuns {
     pub charges: Vec<ClosedCharge>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("ledger {path}: {message}")]
     Storage { path: PathBuf, message: String },
@@ -232,6 +235,8 @@ pub struct Ledger {
     /// Declared before `_owner` so that SQLite closes first: closing any descriptor of a file
     /// drops the process's POSIX locks on it, which SQLite relies on while it is open.
     conn: Mutex<Connection>,
+    /// Releases waiting for a commit, and the outcomes of those committed by another caller.
+    group: Mutex<Group>,
     /// On disk (fsync'd commits) rather than in memory.
     durable: bool,
     /// The exclusive lock on the ledger file, held for the life of the ledger.
@@ -391,6 +396,7 @@ impl Ledger {
             Ledger {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
+                group: Mutex::new(Group::default()),
                 durable: owner.is_some(),
                 _owner: owner,
             },
@@ -479,9 +485,56 @@ impl Ledger {
         .await
     }
 
-    /// Durably records one release; returns only once it is on disk.
+    /// Durably records one release; returns only once it is on disk. Releases that arrive
+    /// while another commit holds the connection are committed together by the next caller
+    /// to take it (group commit): one transaction, so one fsync, for all of them, each under
+    /// its own savepoint so that a refused insert fails only its own release. A caller whose
+    /// release another caller committed takes that outcome; none is answered before the
+    /// transaction holding its release is on disk.
     pub async fn record_release(&self, record: &ReleaseRecord) -> Result<(), LedgerError> {
-        self.commit(Entry::Release(record)).await
+        let ticket = {
+            let mut group = self.group.lock().expect("ledger group lock");
+            let ticket = group.next;
+            group.next += 1;
+            group.queue.push((ticket, record.clone()));
+            ticket
+        };
+        let write = || {
+            let conn = self.conn.lock().expect("ledger lock");
+            let batch = {
+                let mut group = self.group.lock().expect("ledger group lock");
+                if let Some(done) = group.done.remove(&ticket) {
+                    return done;
+                }
+                std::mem::take(&mut group.queue)
+            };
+            let outcomes = match write_releases(&conn, &batch) {
+                Ok(each) => each
+                    .into_iter()
+                    .map(|r| r.map_err(|e| storage(&self.path, e)))
+                    .collect(),
+                Err(e) => vec![Err(storage(&self.path, e)); batch.len()],
+            };
+            let mut group = self.group.lock().expect("ledger group lock");
+            let mut mine = None;
+            for ((t, _), outcome) in batch.iter().zip(outcomes) {
+                if *t == ticket {
+                    mine = Some(outcome);
+                } else {
+                    group.done.insert(*t, outcome);
+                }
+            }
+            mine.expect("a caller's release is committed by it or before it")
+        };
+        let result = if self.durable {
+            crate::blocking(write)
+        } else {
+            write()
+        };
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "ledger commit failed; nothing is answered");
+        }
+        result
     }
 
     /// Durably closes a run: from now on it is charged for what it released.
@@ -493,6 +546,47 @@ impl Ledger {
     pub async fn record_answer(&self, run_id: &str, closed: &Closed) -> Result<(), LedgerError> {
         self.commit(Entry::Answer { run_id, closed }).await
     }
+}
+
+/// Releases queued for the next commit (ticketed in arrival order) and the outcomes of those a
+/// caller committed for others.
+#[derive(Default)]
+struct Group {
+    next: u64,
+    queue: Vec<(u64, ReleaseRecord)>,
+    done: HashMap<u64, Result<(), LedgerError>>,
+}
+
+/// Commits `batch` in one transaction, each release under its own savepoint: the outcome of
+/// each, or the error that left none committed. One release is one autocommit statement.
+fn write_releases(
+    conn: &Connection,
+    batch: &[(u64, ReleaseRecord)],
+) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
+    if let [(_, only)] = batch {
+        return Ok(vec![write_entry(conn, &Entry::Release(only))]);
+    }
+    let each = || -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for (_, record) in batch {
+            conn.execute_batch("SAVEPOINT release")?;
+            let outcome = write_entry(conn, &Entry::Release(record));
+            conn.execute_batch(if outcome.is_ok() {
+                "RELEASE release"
+            } else {
+                "ROLLBACK TO release; RELEASE release"
+            })?;
+            outcomes.push(outcome);
+        }
+        conn.execute_batch("COMMIT")?;
+        Ok(outcomes)
+    };
+    each().inspect_err(|_| {
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    })
 }
 
 /// One entry, one statement, which SQLite runs as a transaction of its own (autocommit):

@@ -137,3 +137,90 @@ fn a_ledger_of_the_first_schema_is_migrated() {
     assert_eq!(closed.runs["live"], by);
     assert_eq!(closed.charges[0].releases, 4);
 }
+
+fn release(run_id: &str, chain: u32, step: u64) -> ReleaseRecord {
+    ReleaseRecord {
+        run_id: run_id.into(),
+        chain,
+        step,
+        mechanism: "gaussian".into(),
+        noise_multiplier: 1.0,
+        inputs: vec![0.5; 4],
+        value: vec![f64::from(chain) + step as f64],
+        noise_variance: 1.0,
+        masked: None,
+    }
+}
+
+/// Group commit: 400 releases from 8 threads at once on a durable ledger are all answered
+/// and all on disk after a reopen, and a release the ledger refuses (a step already recorded)
+/// fails alone.
+#[test]
+fn concurrent_releases_commit_together_and_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .build()
+        .unwrap();
+    let (ledger, _) = Ledger::open(&path).unwrap();
+    let ledger = std::sync::Arc::new(ledger);
+    let terms: RunTerms = serde_json::from_value(serde_json::json!({
+        "variant": "full-penalty", "chains": 8, "steps_per_chain": 50, "planned_releases": 400,
+        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
+    }))
+    .unwrap();
+    runtime.block_on(ledger.open_run("r", &terms)).unwrap();
+    let outcomes: Vec<Result<(), LedgerError>> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..8u32)
+            .map(|chain| {
+                let ledger = std::sync::Arc::clone(&ledger);
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    for step in 0..50 {
+                        out.push(ledger.record_release(&release("r", chain, step)).await);
+                    }
+                    // A duplicate of a recorded step, refused by the key.
+                    out.push(ledger.record_release(&release("r", chain, 0)).await);
+                    out
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    });
+    let (ok, refused) = outcomes.iter().partition::<Vec<_>, _>(|r| r.is_ok());
+    assert_eq!((ok.len(), refused.len()), (400, 8));
+    drop(ledger);
+    let conn = Connection::open(&path).unwrap();
+    let rows: i64 = conn
+        .query_row("SELECT COUNT(*) FROM releases", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 400);
+}
+
+/// A batch of releases with one refused: the others are committed in the same transaction.
+#[test]
+fn a_refused_release_in_a_batch_fails_alone() {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    migrate(&conn).unwrap();
+    conn.execute("INSERT INTO runs (run_id, terms) VALUES ('r', '{}')", [])
+        .unwrap();
+    let batch: Vec<_> = [(0, 0), (0, 1), (0, 0), (1, 0)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(chain, step))| (i as u64, release("r", chain, step)))
+        .collect();
+    let outcomes = write_releases(&conn, &batch).unwrap();
+    let ok: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, true, false, true]);
+    assert!(conn.is_autocommit(), "the transaction is over");
+    let rows: i64 = conn
+        .query_row("SELECT COUNT(*) FROM releases", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 3);
+}
