@@ -77,6 +77,11 @@ enum Command {
         /// its new files.
         #[arg(long)]
         renew: bool,
+        /// Revoke the named nodes' current certificates instead: their serials join the CA's
+        /// revocation list, written anew to DIR/crl.pem; a party whose `tls.crl` names that
+        /// file refuses them once restarted. Renew a revoked name to issue it again.
+        #[arg(long, conflicts_with_all = ["renew", "days"])]
+        revoke: bool,
     },
 }
 
@@ -105,8 +110,22 @@ fn main() -> ExitCode {
             names,
             days,
             renew,
+            revoke,
         } => {
             use fedmcmc_party::tls;
+            if revoke {
+                return match tls::revoke(&dir, &names) {
+                    Ok(crl) => {
+                        println!(
+                            "revoked {}; the CA's revocation list is {} (each party's tls.crl; restart the parties to apply it)",
+                            names.join(", "),
+                            crl.display()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => failure(&e),
+                };
+            }
             return match tls::issue_with(&dir, &names, &tls::Issuing::days(days, renew)) {
                 Ok(issued) => {
                     for cert in issued {

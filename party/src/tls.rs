@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
+    RevokedCertParams, SerialNumber,
 };
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
@@ -23,7 +24,9 @@ use std::time::{Duration, SystemTime};
 use rustls::RootCertStore;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
+use rustls_pki_types::{
+    CertificateDer, CertificateRevocationListDer, DnsName, PrivateKeyDer, ServerName,
+};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -44,28 +47,43 @@ pub struct TlsFiles {
     /// carry, one of them; empty admits every certificate the CA issued.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_clients: Vec<String>,
+    /// Party only: the CA's revocation list (`coordinator certs --revoke` writes it); a
+    /// caller whose certificate is on it is refused at the handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crl: Option<PathBuf>,
 }
 
 impl TlsFiles {
     /// Resolves relative paths against `base` (the config file's directory).
     pub fn resolve(&mut self, base: &Path) {
-        for p in [&mut self.ca, &mut self.cert, &mut self.key] {
+        for p in [&mut self.ca, &mut self.cert, &mut self.key]
+            .into_iter()
+            .chain(self.crl.as_mut())
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
         }
     }
 
-    /// Checks that the files exist and the allowed names are DNS names, at load time.
+    /// Checks that the files exist and the allowed names are DNS names or IP addresses, at
+    /// load time.
     pub fn validate(&self) -> Result<(), String> {
-        for (what, p) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
+        let files = [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)];
+        for (what, p) in files
+            .into_iter()
+            .chain(self.crl.as_ref().map(|c| ("crl", c)))
+        {
             if !p.is_file() {
                 return Err(format!("tls.{what}: {} is not a file", p.display()));
             }
         }
         for name in &self.allowed_clients {
-            DnsName::try_from(name.as_str())
-                .map_err(|_| format!("tls.allowed_clients: {name:?} is not a DNS name"))?;
+            if !is_name(name) {
+                return Err(format!(
+                    "tls.allowed_clients: {name:?} is neither a DNS name nor an IP address"
+                ));
+            }
         }
         Ok(())
     }
@@ -99,9 +117,17 @@ impl TlsFiles {
             roots.add(ca)?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-                .build()?;
+        let mut verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider));
+        if let Some(crl) = &self.crl {
+            let crls = CertificateRevocationListDer::pem_file_iter(crl)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| anyhow::anyhow!("tls.crl: cannot read {}: {e}", crl.display()))?;
+            // The CA's list covers every node certificate it issued; the CA itself is the
+            // federation's trust root and is not on any list.
+            verifier = verifier.with_crls(crls).only_check_end_entity_revocation();
+        }
+        let verifier = verifier.build()?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|e| anyhow::anyhow!("tls.key: cannot read {}: {e}", self.key.display()))?;
         let mut config = ServerConfig::builder_with_provider(provider)
@@ -242,6 +268,7 @@ pub fn files_for(dir: &Path, name: &str) -> TlsFiles {
         cert: node_cert(dir, name),
         key: node_key(dir, name),
         allowed_clients: Vec::new(),
+        crl: None,
     }
 }
 
@@ -294,7 +321,7 @@ pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result
         anyhow::bail!("a certificate's validity must end after it starts");
     }
     for name in names {
-        if DnsName::try_from(name.as_str()).is_err() && name.parse::<IpAddr>().is_err() {
+        if !is_name(name) {
             anyhow::bail!("{name:?} is neither a DNS name nor an IP address");
         }
         if node_cert(dir, name).exists() && !how.renew {
@@ -305,18 +332,6 @@ pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result
         }
     }
     std::fs::create_dir_all(dir)?;
-    let ca_params = |valid: Option<std::ops::Range<SystemTime>>| -> anyhow::Result<_> {
-        let mut p = CertificateParams::new(Vec::<String>::new())?;
-        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        p.distinguished_name
-            .push(DnType::CommonName, "fedmcmc federation CA");
-        if let Some(valid) = valid {
-            p.not_before = valid.start.into();
-            p.not_after = valid.end.into();
-        }
-        Ok(p)
-    };
     let ca_key = if ca_key(dir).exists() {
         KeyPair::from_pem(&std::fs::read_to_string(ca_key(dir))?)?
     } else {
@@ -341,6 +356,12 @@ pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result
         ];
         params.not_before = how.valid.start.into();
         params.not_after = how.valid.end.into();
+        // A random positive serial, kept beside the certificate so that it can be revoked.
+        let mut serial = [0u8; 16];
+        rand::TryRng::try_fill_bytes(&mut rand::rngs::SysRng, &mut serial)
+            .map_err(|e| anyhow::anyhow!("the OS random source failed: {e}"))?;
+        serial[0] &= 0x7f;
+        params.serial_number = Some(SerialNumber::from_slice(&serial));
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &issuer)?;
         let (key_path, cert_path) = (node_key(dir, name), node_cert(dir, name));
@@ -352,14 +373,104 @@ pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result
         };
         crate::config::write_secret(&fresh(&key_path), &key.serialize_pem())?;
         std::fs::write(fresh(&cert_path), cert.pem())?;
+        std::fs::write(fresh(&serial_file(dir, name)), hex(&serial))?;
         std::fs::rename(fresh(&key_path), &key_path)?;
         std::fs::rename(fresh(&cert_path), &cert_path)?;
+        std::fs::rename(fresh(&serial_file(dir, name)), serial_file(dir, name))?;
         issued.push(Issued {
             name: name.clone(),
             not_after: how.valid.end,
         });
     }
     Ok(issued)
+}
+
+/// The CA's parameters: every CA [`issue_with`] makes has the same subject, so an existing
+/// one is rebuilt as an issuer from these and its key; `valid` only when it is made.
+fn ca_params(valid: Option<std::ops::Range<SystemTime>>) -> anyhow::Result<CertificateParams> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p.distinguished_name
+        .push(DnType::CommonName, "fedmcmc federation CA");
+    if let Some(valid) = valid {
+        p.not_before = valid.start.into();
+        p.not_after = valid.end.into();
+    }
+    Ok(p)
+}
+
+/// A DNS name or an IP address: what a certificate [`issue_with`] makes may name.
+fn is_name(name: &str) -> bool {
+    DnsName::try_from(name).is_ok() || name.parse::<IpAddr>().is_ok()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Revokes the current certificates of `names`: their serials join the CA's list of revoked
+/// serials (`DIR/revoked`, one `serial name` line each, kept so that the list only grows), and
+/// the revocation list signed by the CA is written anew to `DIR/crl.pem`. A party that
+/// names that file as `tls.crl` refuses those certificates once it restarts. Renew a revoked
+/// name (`--renew`) to give its node a new certificate. Returns the list's path.
+pub fn revoke(dir: &Path, names: &[String]) -> anyhow::Result<PathBuf> {
+    let ca_key = KeyPair::from_pem(
+        &std::fs::read_to_string(ca_key(dir))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", ca_key(dir).display()))?,
+    )?;
+    let revoked_path = dir.join("revoked");
+    let mut listed = std::fs::read_to_string(&revoked_path).unwrap_or_default();
+    for name in names {
+        let serial = std::fs::read_to_string(serial_file(dir, name)).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (a certificate issued before serials were kept cannot be listed; renew it instead)",
+                serial_file(dir, name).display()
+            )
+        })?;
+        let line = format!("{} {name}\n", serial.trim());
+        if !listed.contains(&line) {
+            listed.push_str(&line);
+        }
+    }
+    let now = SystemTime::now();
+    let revoked_certs = listed
+        .lines()
+        .map(|line| {
+            let serial = line.split(' ').next().unwrap_or_default();
+            let bytes = (0..serial.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(serial.get(i..i + 2).unwrap_or("zz"), 16))
+                .collect::<Result<Vec<u8>, _>>()
+                .map_err(|_| {
+                    anyhow::anyhow!("{}: {line:?} is not `serial name`", revoked_path.display())
+                })?;
+            Ok(RevokedCertParams {
+                serial_number: SerialNumber::from_slice(&bytes),
+                revocation_time: now.into(),
+                reason_code: None,
+                invalidity_date: None,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let params = CertificateRevocationListParams {
+        this_update: (now - CLOCK_SKEW).into(),
+        next_update: (now + Duration::from_secs(86_400 * CA_DAYS)).into(),
+        crl_number: SerialNumber::from(revoked_certs.len() as u64),
+        issuing_distribution_point: None,
+        revoked_certs,
+        key_identifier_method: KeyIdMethod::Sha256,
+    };
+    let crl = params.signed_by(&Issuer::new(ca_params(None)?, ca_key))?;
+    std::fs::write(&revoked_path, listed)?;
+    let path = dir.join("crl.pem");
+    std::fs::write(&path, crl.pem()?)?;
+    Ok(path)
+}
+
+/// Where [`issue_with`] keeps a node certificate's serial.
+pub fn serial_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.serial"))
 }
 
 /// The allow-list as the interceptor holds it.

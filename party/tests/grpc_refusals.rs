@@ -314,13 +314,39 @@ async fn a_describe_flood_is_paced_and_steps_go_on() {
     party.stop().await;
 }
 
-/// Certificates expire and are renewed: a coordinator certificate whose validity has passed
-/// is refused at the handshake; without renewal an existing certificate is never
+/// Describe over mutual TLS as the holder of certificate `name` from the CA in `ca`, dialling
+/// the party as `party_name`: its name, or why the handshake or the call failed.
+async fn tls_describe(
+    addr: SocketAddr,
+    ca: &Path,
+    name: &str,
+    party_name: &str,
+) -> Result<String, String> {
+    let config = fedmcmc_party::tls::files_for(ca, name)
+        .client(party_name)
+        .unwrap();
+    let channel = Channel::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(config)
+        .unwrap()
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    authorised(channel, &[TOKEN])
+        .describe(pb::DescribeRequest {})
+        .await
+        .map(|d| d.into_inner().party_name)
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Certificates expire, are renewed and revoked: a coordinator certificate whose validity has
+/// passed is refused at the handshake; without renewal an existing certificate is never
 /// overwritten; renewed (a new key and certificate, `coordinator certs --renew`), the same
-/// name is answered. The party's own certificate names an IP address, as the coordinator
-/// dials it.
+/// name is answered; revoked (`--revoke`), it is refused by a party given the CA's list, and
+/// renewed again, answered. The party's own certificate names an IP address, as the
+/// coordinator dials it.
 #[tokio::test]
-async fn certificates_expire_are_renewed_and_may_name_an_ip_address() {
+async fn certificates_expire_are_renewed_and_revoked_and_may_name_an_ip_address() {
     use fedmcmc_party::tls::{self, Issuing};
     use std::time::{Duration, SystemTime};
 
@@ -336,28 +362,8 @@ async fn certificates_expire_are_renewed_and_may_name_an_ip_address() {
     tls::issue_with(&ca, std::slice::from_ref(&coordinator), &lapsed).unwrap();
     let files = tls::files_for(&ca, &party_name);
     let party = Running::start_with(&party_dir(dir.path(), 1.0, 1e-6), Some(files)).await;
-    let describe = |name: &str| {
-        let config = tls::files_for(&ca, name).client(&party_name).unwrap();
-        let address = format!("https://{}", party.addr);
-        async move {
-            let channel = Channel::from_shared(address)
-                .unwrap()
-                .tls_config(config)
-                .unwrap()
-                .connect()
-                .await
-                .map_err(|e| format!("{e:?}"))?;
-            let mut client = authorised(channel, &[TOKEN]);
-            client
-                .describe(pb::DescribeRequest {})
-                .await
-                .map(|d| d.into_inner().party_name)
-                .map_err(|e| format!("{e:?}"))
-        }
-    };
-    describe(&coordinator)
-        .await
-        .expect_err("an expired certificate");
+    let as_coordinator = || tls_describe(party.addr, &ca, &coordinator, &party_name);
+    as_coordinator().await.expect_err("an expired certificate");
     let again = tls::issue(&ca, std::slice::from_ref(&coordinator)).unwrap_err();
     assert!(
         again
@@ -365,7 +371,7 @@ async fn certificates_expire_are_renewed_and_may_name_an_ip_address() {
             .ends_with("was issued already (renew it with --renew)"),
         "{again}"
     );
-    describe(&coordinator)
+    as_coordinator()
         .await
         .expect_err("still the expired certificate");
     let bad = tls::issue(&ca, &["not a name!".to_string()]).unwrap_err();
@@ -380,7 +386,26 @@ async fn certificates_expire_are_renewed_and_may_name_an_ip_address() {
     )
     .unwrap();
     assert!(renewed[0].not_after > now + 29 * day);
-    assert_eq!(describe(&coordinator).await.unwrap(), "alpha");
+    assert_eq!(as_coordinator().await.unwrap(), "alpha");
+    party.stop().await;
+
+    // Revoked: a party given the CA's list refuses the certificate; renewed again (a new
+    // serial), the name is answered.
+    let crl = tls::revoke(&ca, std::slice::from_ref(&coordinator)).unwrap();
+    let with_crl = || TlsFiles {
+        crl: Some(crl.clone()),
+        ..tls::files_for(&ca, &party_name)
+    };
+    let party = Running::start_with(&party_dir(dir.path(), 1.0, 1e-6), Some(with_crl())).await;
+    let as_coordinator = || tls_describe(party.addr, &ca, &coordinator, &party_name);
+    as_coordinator().await.expect_err("a revoked certificate");
+    tls::issue_with(
+        &ca,
+        std::slice::from_ref(&coordinator),
+        &Issuing::days(30, true),
+    )
+    .unwrap();
+    assert_eq!(as_coordinator().await.unwrap(), "alpha");
     party.stop().await;
 }
 
