@@ -213,23 +213,6 @@ pub enum LedgerError {
     InUse { path: PathBuf },
 }
 
-enum Entry<'a> {
-    Open {
-        run_id: &'a str,
-        terms: &'a RunTerms,
-        secret: Option<&'a [u8; 32]>,
-    },
-    Release(&'a ReleaseRecord),
-    Close {
-        run_id: &'a str,
-        by: ClosedBy,
-    },
-    Answer {
-        run_id: &'a str,
-        closed: &'a Closed,
-    },
-}
-
 pub struct Ledger {
     path: PathBuf,
     /// Declared before `_owner` so that SQLite closes first: closing any descriptor of a file
@@ -548,110 +531,10 @@ impl Ledger {
     }
 }
 
-/// Releases queued for the next commit (ticketed in arrival order) and the outcomes of those a
-/// caller committed for others.
-#[derive(Default)]
-struct Group {
-    next: u64,
-    queue: Vec<(u64, ReleaseRecord)>,
-    done: HashMap<u64, Result<(), LedgerError>>,
-}
-
-/// Commits `batch` in one transaction, each release under its own savepoint: the outcome of
-/// each, or the error that left none committed. One release is one autocommit statement.
-fn write_releases(
-    conn: &Connection,
-    batch: &[(u64, ReleaseRecord)],
-) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
-    if let [(_, only)] = batch {
-        return Ok(vec![write_entry(conn, &Entry::Release(only))]);
-    }
-    let each = || -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for (_, record) in batch {
-            conn.execute_batch("SAVEPOINT release")?;
-            let outcome = write_entry(conn, &Entry::Release(record));
-            conn.execute_batch(if outcome.is_ok() {
-                "RELEASE release"
-            } else {
-                "ROLLBACK TO release; RELEASE release"
-            })?;
-            outcomes.push(outcome);
-        }
-        conn.execute_batch("COMMIT")?;
-        Ok(outcomes)
-    };
-    each().inspect_err(|_| {
-        if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-    })
-}
-
-/// One entry, one statement, which SQLite runs as a transaction of its own (autocommit):
-/// committed when the statement returns, durably under `synchronous = FULL`. An explicit
-/// BEGIN and COMMIT would add nothing but two statements to parse and run per release.
-fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
-    match entry {
-        Entry::Open {
-            run_id,
-            terms,
-            secret,
-        } => {
-            let terms = serde_json::to_string(terms).expect("run terms serialise");
-            conn.execute(
-                "INSERT INTO runs (run_id, terms, aggregation_secret) VALUES (?1, ?2, ?3)",
-                params![run_id, terms, secret.map(|s| s.to_vec())],
-            )?;
-        }
-        Entry::Release(r) => {
-            conn.prepare_cached(
-                "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance, masked, grid)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                r.run_id,
-                r.chain,
-                r.step as i64,
-                r.mechanism,
-                r.noise_multiplier,
-                f64s_to_blob(&r.inputs),
-                f64s_to_blob(&r.value),
-                r.noise_variance,
-                r.masked.as_ref().map(|m| u128s_to_blob(&m.steps)),
-                r.masked.as_ref().map(|m| m.grid)
-            ])?;
-        }
-        Entry::Close { run_id, by } => {
-            let idle_seconds = match by {
-                ClosedBy::CloseRun => None,
-                ClosedBy::Lease { idle_seconds } => Some(*idle_seconds as i64),
-            };
-            conn.execute(
-                "UPDATE runs SET closed = 1, closed_idle_seconds = ?2 WHERE run_id = ?1",
-                params![run_id, idle_seconds],
-            )?;
-        }
-        Entry::Answer { run_id, closed } => {
-            conn.execute(
-                "UPDATE runs SET answer_releases = ?2, answer_run_epsilon = ?3,
-                                 answer_epsilon_committed = ?4
-                 WHERE run_id = ?1 AND closed = 1",
-                params![
-                    run_id,
-                    closed.releases as i64,
-                    closed.run_epsilon,
-                    closed.epsilon_committed
-                ],
-            )?;
-        }
-    }
-    Ok(())
-}
-
 mod read;
+mod write;
 use read::{read_closed_runs, read_open_runs};
+use write::{Entry, Group, write_entry, write_releases};
 
 #[cfg(test)]
 mod tests;
