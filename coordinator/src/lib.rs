@@ -20,6 +20,7 @@ pub mod job;
 pub mod kernels;
 pub mod output;
 pub mod planning;
+pub mod presets;
 pub mod privacy_cli;
 pub mod progress;
 pub mod remote;
