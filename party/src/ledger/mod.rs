@@ -425,11 +425,18 @@ impl Ledger {
     }
 
     async fn commit(&self, entry: Entry<'_>) -> Result<(), LedgerError> {
-        let write = || {
+        self.committing(|| {
             let conn = self.conn.lock().expect("ledger lock");
             write_entry(&conn, &entry).map_err(|e| storage(&self.path, e))
-        };
-        // Moving the worker aside costs a thread hand-off: worth it only around an fsync.
+        })
+    }
+
+    /// Runs a commit, off the worker when it fsyncs (moving the worker aside costs a thread
+    /// hand-off: worth it only around an fsync), and logs its failure.
+    fn committing(
+        &self,
+        write: impl FnOnce() -> Result<(), LedgerError>,
+    ) -> Result<(), LedgerError> {
         let result = if self.durable {
             crate::blocking(write)
         } else {
@@ -509,15 +516,7 @@ impl Ledger {
             }
             mine.expect("a caller's release is committed by it or before it")
         };
-        let result = if self.durable {
-            crate::blocking(write)
-        } else {
-            write()
-        };
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "ledger commit failed; nothing is answered");
-        }
-        result
+        self.committing(write)
     }
 
     /// Durably closes a run: from now on it is charged for what it released.
