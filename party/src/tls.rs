@@ -410,7 +410,8 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Revokes the current certificates of `names`: their serials join the CA's list of revoked
-/// serials (`DIR/revoked`, one `serial name` line each, kept so that the list only grows), and
+/// serials (`DIR/revoked`, one `serial name seconds-since-1970` line each, kept so that the list
+/// only grows), and
 /// the revocation list signed by the CA is written anew to `DIR/crl.pem`. A party that
 /// names that file as `tls.crl` refuses those certificates once it restarts. Renew a revoked
 /// name (`--renew`) to give its node a new certificate. Returns the list's path.
@@ -420,7 +421,13 @@ pub fn revoke(dir: &Path, names: &[String]) -> anyhow::Result<PathBuf> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", ca_key(dir).display()))?,
     )?;
     let revoked_path = dir.join("revoked");
-    let mut listed = std::fs::read_to_string(&revoked_path).unwrap_or_default();
+    let mut listed = match std::fs::read_to_string(&revoked_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => anyhow::bail!("{}: {e}", revoked_path.display()),
+    };
+    let now = SystemTime::now();
+    let since_epoch = now.duration_since(SystemTime::UNIX_EPOCH)?.as_secs();
     for name in names {
         let serial = std::fs::read_to_string(serial_file(dir, name)).map_err(|e| {
             anyhow::anyhow!(
@@ -428,26 +435,32 @@ pub fn revoke(dir: &Path, names: &[String]) -> anyhow::Result<PathBuf> {
                 serial_file(dir, name).display()
             )
         })?;
-        let line = format!("{} {name}\n", serial.trim());
-        if !listed.contains(&line) {
-            listed.push_str(&line);
+        let serial = serial.trim();
+        if !listed.lines().any(|l| l.split(' ').next() == Some(serial)) {
+            listed.push_str(&format!("{serial} {name} {since_epoch}\n"));
         }
     }
-    let now = SystemTime::now();
+    let malformed = |line: &str| {
+        anyhow::anyhow!(
+            "{}: {line:?} is not `serial name seconds-since-1970`",
+            revoked_path.display()
+        )
+    };
     let revoked_certs = listed
         .lines()
         .map(|line| {
-            let serial = line.split(' ').next().unwrap_or_default();
+            let [serial, _name, seconds] = line.split(' ').collect::<Vec<_>>()[..] else {
+                return Err(malformed(line));
+            };
             let bytes = (0..serial.len())
                 .step_by(2)
                 .map(|i| u8::from_str_radix(serial.get(i..i + 2).unwrap_or("zz"), 16))
                 .collect::<Result<Vec<u8>, _>>()
-                .map_err(|_| {
-                    anyhow::anyhow!("{}: {line:?} is not `serial name`", revoked_path.display())
-                })?;
+                .map_err(|_| malformed(line))?;
+            let seconds: u64 = seconds.parse().map_err(|_| malformed(line))?;
             Ok(RevokedCertParams {
                 serial_number: SerialNumber::from_slice(&bytes),
-                revocation_time: now.into(),
+                revocation_time: (SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)).into(),
                 reason_code: None,
                 invalidity_date: None,
             })
@@ -456,7 +469,8 @@ pub fn revoke(dir: &Path, names: &[String]) -> anyhow::Result<PathBuf> {
     let params = CertificateRevocationListParams {
         this_update: (now - CLOCK_SKEW).into(),
         next_update: (now + Duration::from_secs(86_400 * CA_DAYS)).into(),
-        crl_number: SerialNumber::from(revoked_certs.len() as u64),
+        // Increasing with every list the CA signs, as RFC 5280 asks.
+        crl_number: SerialNumber::from(since_epoch),
         issuing_distribution_point: None,
         revoked_certs,
         key_identifier_method: KeyIdMethod::Sha256,
