@@ -236,9 +236,7 @@ impl Runs {
             ),
         }
     }
-}
 
-impl Runs {
     /// Why a run releasing `mechanism` may not open: it is DP Barker at a batch new to its
     /// population, which already has [`MAX_BARKER_GROUPS`] batches among closed and open runs
     /// (each batch is one group the accountant composes with no cheaper form, `fold`). Public:
