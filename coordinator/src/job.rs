@@ -266,7 +266,8 @@ fn sampler_config(settings: &JobSettings, iterations: u64) -> SamplerConfig {
         proposal_sd: settings.proposal_sd,
         clip: settings.clip,
         proposal: settings.proposal,
-        adapt: settings.adapt,
+        // DP Barker's walk keeps its step (`kernels/barker.rs`): its outputs say so.
+        adapt: settings.adapt && !matches!(settings.variant, Variant::Barker { .. }),
         target_accept: settings.target_accept,
         seed: settings.seed,
         penalise: true,
