@@ -272,8 +272,9 @@ async fn two_authorization_headers_are_refused_in_either_order() {
 }
 
 /// Describe is paced per caller (20 a second after a burst of 20; waits over 2 s are refused):
-/// a flood of 100 at once gets the burst and 2 s of the pace answered and the rest refused as
-/// RESOURCE_EXHAUSTED with a sentence, while the same caller's Step is answered meanwhile.
+/// of a flood of 200, the burst and 2 s of the pace are answered (60 if all arrive at one
+/// instant: 20 at once and 40 spaced 50 ms apart; one more per 50 ms of spread) and the rest
+/// refused as RESOURCE_EXHAUSTED with a sentence, while the same caller's Step is answered.
 #[tokio::test]
 async fn a_describe_flood_is_paced_and_steps_go_on() {
     let (_dir, party, mut c) = fresh().await;
@@ -281,7 +282,7 @@ async fn a_describe_flood_is_paced_and_steps_go_on() {
         .await
         .unwrap();
     let mut clients = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..200 {
         clients.push(party.client().await); // other connections from the same address
     }
     let flood: Vec<_> = clients
@@ -308,9 +309,9 @@ async fn a_describe_flood_is_paced_and_steps_go_on() {
             }
         }
     }
-    // 20 at once and 41 more spaced 50 ms apart up to 2 s, give or take the calls' spread.
-    assert!((55..=70).contains(&answered), "{answered} answered");
-    assert_eq!(answered + refused, 100);
+    // At least the burst and 2 s of the pace; at most that and 5 s of spread (a slow machine).
+    assert!((60..=160).contains(&answered), "{answered} answered");
+    assert_eq!(answered + refused, 200);
     party.stop().await;
 }
 
