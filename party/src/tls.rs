@@ -291,12 +291,18 @@ pub struct Issuing {
 impl Issuing {
     /// Valid from now (less the clock skew allowed) for `days` days.
     pub fn days(days: u32, renew: bool) -> Self {
-        let now = SystemTime::now();
         Issuing {
-            valid: now - CLOCK_SKEW..now + Duration::from_secs(86_400 * u64::from(days)),
+            valid: from_now(u64::from(days)),
             renew,
         }
     }
+}
+
+/// From now, less the clock skew allowed, for `days` days: every validity `issue_with` and
+/// `revoke` sign.
+fn from_now(days: u64) -> std::ops::Range<SystemTime> {
+    let now = SystemTime::now();
+    now - CLOCK_SKEW..now + Duration::from_secs(86_400 * days)
 }
 
 /// One certificate [`issue_with`] wrote.
@@ -336,9 +342,7 @@ pub fn issue_with(dir: &Path, names: &[String], how: &Issuing) -> anyhow::Result
         KeyPair::from_pem(&std::fs::read_to_string(ca_key(dir))?)?
     } else {
         let key = KeyPair::generate()?;
-        let now = SystemTime::now();
-        let valid = now - CLOCK_SKEW..now + Duration::from_secs(86_400 * CA_DAYS);
-        let cert = ca_params(Some(valid))?.self_signed(&key)?;
+        let cert = ca_params(Some(from_now(CA_DAYS)))?.self_signed(&key)?;
         crate::config::write_secret(&ca_key(dir), &key.serialize_pem())?;
         std::fs::write(ca_cert(dir), cert.pem())?;
         key
@@ -466,9 +470,10 @@ pub fn revoke(dir: &Path, names: &[String]) -> anyhow::Result<PathBuf> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let update = from_now(CA_DAYS);
     let params = CertificateRevocationListParams {
-        this_update: (now - CLOCK_SKEW).into(),
-        next_update: (now + Duration::from_secs(86_400 * CA_DAYS)).into(),
+        this_update: update.start.into(),
+        next_update: update.end.into(),
         // Increasing with every list the CA signs, as RFC 5280 asks.
         crl_number: SerialNumber::from(since_epoch),
         issuing_distribution_point: None,
