@@ -445,7 +445,7 @@ async fn job(
         stop,
     )
     .await?;
-    let mut report = output::finish(out, model.name(), &result, None)?;
+    let mut report = output::finish(out, model.as_ref(), &result, None)?;
     if let Some(why) = route {
         report.table = format!("route: {why}\n{}", report.table);
     }

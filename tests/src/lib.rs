@@ -265,3 +265,23 @@ impl Drop for PartyProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The Python to read the draws with and install the package into: `FEDMCMC_PYTHON` when
+/// set (CI sets it to a venv with `.ci/python-requirements.txt`: a missing package then fails
+/// the test), else `python3` if it has cmdstanpy, ArviZ, setuptools and wheel; `None`, saying
+/// why, when there is none.
+pub fn stan_python() -> Option<String> {
+    if let Ok(python) = std::env::var("FEDMCMC_PYTHON") {
+        return Some(python);
+    }
+    let has_both = Command::new("python3")
+        .args(["-c", "import cmdstanpy, arviz, setuptools, wheel"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_both {
+        println!(
+            "skipped: no python3 with cmdstanpy, arviz, setuptools and wheel (set FEDMCMC_PYTHON to one; .ci/run makes .ci/venv)"
+        );
+    }
+    has_both.then(|| "python3".to_string())
+}

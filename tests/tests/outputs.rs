@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use fedmcmc_system_tests::{bin, run, simulate, simulated_federation, write_run_config};
+use fedmcmc_system_tests::{
+    bin, run, simulate, simulated_federation, stan_python, write_run_config,
+};
 
 /// A small, fast simulation (2 chains of 200 iterations over 6000 rows); its stdout.
 fn small_simulation(out: &Path) -> String {
@@ -80,21 +82,3 @@ fn cmdstanpy_and_arviz_read_the_draws() {
     println!("{}", stdout.trim_end());
 }
 
-/// The Python to read the draws with: `FEDMCMC_PYTHON` when set (CI sets it to a venv with
-/// cmdstanpy and ArviZ: a missing package then fails the test), else `python3` if it has
-/// both; `None`, saying why, when there is none.
-fn stan_python() -> Option<String> {
-    if let Ok(python) = std::env::var("FEDMCMC_PYTHON") {
-        return Some(python);
-    }
-    let has_both = Command::new("python3")
-        .args(["-c", "import cmdstanpy, arviz"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_both {
-        println!(
-            "skipped: no python3 with cmdstanpy and arviz (set FEDMCMC_PYTHON to one; .ci/run makes .ci/venv)"
-        );
-    }
-    has_both.then(|| "python3".to_string())
-}

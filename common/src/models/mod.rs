@@ -60,6 +60,12 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn columns(&self) -> Vec<ColumnSpec> {
         ColumnSpec::numbered(self.row_dim())
     }
+    /// What each coefficient of θ is called in outputs (summary.json, the draws' header, the
+    /// Python package's InferenceData), so an analyst reads names rather than positions.
+    /// The default: `theta.1 … theta.d`, the draws' column names.
+    fn parameter_names(&self) -> Vec<String> {
+        (1..=self.dim()).map(|j| format!("theta.{j}")).collect()
+    }
     /// Stable hex digest of the likelihood hyperparameters (temperature included; the prior
     /// is not, since parties never evaluate it). Parties and coordinator compare it to check
     /// that they compute the same likelihood.

@@ -84,7 +84,7 @@ impl Report {
 /// block, and a stopped job's marked partial.
 pub fn finish(
     dir: &Path,
-    model: &str,
+    model: &dyn Model,
     job: &JobResult,
     exact: Option<&ExactReference>,
 ) -> anyhow::Result<Report> {
@@ -99,11 +99,11 @@ pub fn finish(
     }
     for t in &job.traces {
         let path = chain_file(dir, t.chain);
-        let header = draws_csv::Header::of(t, model, job.sampler.variant.name(), &comments);
+        let header = draws_csv::Header::of(t, model.name(), job.sampler.variant.name(), &comments);
         draws_csv::write_chain(&path, t, &header)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    let title = format!("{model}, {}", job.sampler.variant.name());
+    let title = format!("{}, {}", model.name(), job.sampler.variant.name());
     // The draws and the summary are what the privacy was spent on: a plot that fails is
     // reported, and does not fail the job.
     if let Err(e) = plots::write(dir, &title, &job.traces, exact.map(|e| e.draws.as_slice())) {
@@ -146,6 +146,7 @@ pub const VERSION: &str = concat!(
 );
 
 pub fn job_comments(
+    model: &dyn Model,
     s: &SamplerConfig,
     parties: &[PartyInfo],
     grants: &[Grant],
@@ -162,6 +163,7 @@ pub fn job_comments(
         ("adapt".to_string(), s.adapt.to_string()),
         ("target_accept".to_string(), s.target_accept.to_string()),
         ("base_seed".to_string(), s.seed.to_string()),
+        ("parameters".to_string(), model.parameter_names().join(",")),
     ];
     for ((p, g), plan) in parties.iter().zip(grants).zip(plans) {
         let mut line = format!(

@@ -3,6 +3,7 @@
 //! the exact posterior.
 use fedmcmc_common::accountant;
 use fedmcmc_common::diagnostics::{self, DiagnosticsError};
+use fedmcmc_common::models::Model;
 use fedmcmc_common::proposal::ProposalKind;
 use serde::Serialize;
 
@@ -15,7 +16,10 @@ use crate::variant::Variant;
 /// few of them to split chains, as after an early stop.
 #[derive(Clone, Debug, Serialize)]
 pub struct ParameterSummary {
+    /// The draws' column (`theta.j`).
     pub name: String,
+    /// What the model calls the coefficient (`Model::parameter_names`: a GLM's feature).
+    pub label: String,
     pub mean: Option<f64>,
     pub sd: Option<f64>,
     pub q5: Option<f64>,
@@ -156,11 +160,12 @@ fn parameter_stats(
 }
 
 pub fn summarise(
-    model: &str,
+    model: &dyn Model,
     job: &JobResult,
     exact: Option<&ExactReference>,
 ) -> Result<Summary, DiagnosticsError> {
     let dim = job.traces.first().map_or(0, |t| t.dim);
+    let labels = model.parameter_names();
     // Chains stopped early may differ by a step or two; the diagnostics need equal lengths.
     let draws = job.traces.iter().map(|t| t.draws()).min().unwrap_or(0);
     let parameters = (0..dim)
@@ -169,6 +174,7 @@ pub fn summarise(
             let stat = |f: fn(&diagnostics::Summary) -> f64| s.as_ref().and_then(|s| finite(f(s)));
             Ok(ParameterSummary {
                 name: format!("theta.{}", j + 1),
+                label: labels[j].clone(),
                 mean: stat(|s| s.mean),
                 sd: stat(|s| s.sd),
                 q5: stat(|s| s.q5),
@@ -233,7 +239,7 @@ pub fn summarise(
         .collect();
     Ok(Summary {
         fedmcmc: super::VERSION.to_string(),
-        model: model.to_string(),
+        model: model.name().to_string(),
         sampler: job.sampler.variant,
         proposal: job.sampler.proposal,
         init: job.inits.label.clone(),
@@ -286,8 +292,10 @@ pub fn table(s: &Summary) -> String {
         out.pop();
         out.push_str(&format!("aggregation: {a}\n\n"));
     }
+    // The first column fits the model's names for its coefficients (a GLM's features).
+    let w = s.parameters.iter().map(|p| p.label.chars().count()).fold(10, usize::max);
     out.push_str(&format!(
-        "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+        "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
         "parameter", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"
     ));
     let with_exact = s.parameters.iter().any(|p| p.exact_mean.is_some());
@@ -299,8 +307,8 @@ pub fn table(s: &Summary) -> String {
     let f0 = |x: f64| format!("{x:.0}");
     for p in &s.parameters {
         out.push_str(&format!(
-            "{:<10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
-            p.name,
+            "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+            p.label,
             cell(p.mean, f4),
             cell(p.sd, f4),
             cell(p.q5, f4),
@@ -538,6 +546,7 @@ mod tests {
             draws_per_chain: 64_000,
             parameters: vec![ParameterSummary {
                 name: "theta.1".into(),
+                label: "x".into(),
                 mean: Some(0.0),
                 sd: Some(1.0),
                 q5: Some(-1.6),

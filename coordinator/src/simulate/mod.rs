@@ -505,7 +505,7 @@ async fn federate(
         Some(exact) => Some(exact_reference(exact.as_ref(), &result, sim.job.seed)?),
         None => None,
     };
-    let mut report = output::finish(out, model.name(), &result, reference.as_ref())?;
+    let mut report = output::finish(out, model.as_ref(), &result, reference.as_ref())?;
     if reference.is_none() {
         report.table += &format!(
             "\nno exact posterior for the {} model: the draws are compared with none (no MMD)\n",

@@ -501,6 +501,15 @@ impl Model for Glm {
             .collect()
     }
 
+    /// `intercept` (when the model has one), then the feature columns' names.
+    fn parameter_names(&self) -> Vec<String> {
+        let intercept = self.intercept.then(|| "intercept".to_string());
+        intercept
+            .into_iter()
+            .chain(self.spec.features.iter().map(|c| c.name.clone()))
+            .collect()
+    }
+
     /// Family, column names and bounds, intercept, noise sd and temperature: everything the
     /// likelihood and the admitted rows depend on.
     fn fingerprint(&self) -> String {
