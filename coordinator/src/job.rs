@@ -191,7 +191,13 @@ pub async fn run<P: PartyHandle>(
         tracing::info!(party = %p.name, tau = g.tau, releases = g.releases, run_epsilon = g.run_epsilon, "run granted");
     }
     comments.push(("init".to_string(), inits.label.clone()));
-    comments.extend(output::job_comments(model.as_ref(), &config, &parties, &grants, &plans));
+    comments.extend(output::job_comments(
+        model.as_ref(),
+        &config,
+        &parties,
+        &grants,
+        &plans,
+    ));
     let sampled = async {
         let live = output::LiveDraws::open(
             out,

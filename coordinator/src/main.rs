@@ -57,6 +57,13 @@ enum Command {
         #[arg(long, conflicts_with_all = ["resume", "out"])]
         dry_run: bool,
     },
+    /// Rebuild summary.json and the plots from the draws in DIR (chain-<c>.csv), e.g. after
+    /// a job was killed before writing them. Nothing is released: it reads files only.
+    Summarise {
+        /// The output directory of a `simulate` or `run` job.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// Issue mutual-TLS certificates for a federation: a CA (created in DIR on first use)
     /// and, for each NAME, a certificate and key for that node (party or coordinator),
     /// written as DIR/NAME.pem and DIR/NAME.key (owner-only). Give each node its own files
@@ -100,6 +107,16 @@ fn main() -> ExitCode {
             return match privacy_cli::run(&args) {
                 Ok(json) => {
                     println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failure(&e),
+            };
+        }
+        Command::Summarise { dir } => {
+            return match fedmcmc_coordinator::output::rebuild::summarise(&dir) {
+                Ok(rebuilt) => {
+                    print!("{}", rebuilt.table);
+                    println!("\noutput directory: {}", rebuilt.out.display());
                     ExitCode::SUCCESS
                 }
                 Err(e) => failure(&e),

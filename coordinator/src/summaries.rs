@@ -161,7 +161,13 @@ pub async fn run<P: PartyHandle>(
         label: start.label,
     };
     comments.push(("init".to_string(), inits.label.clone()));
-    comments.extend(output::job_comments(model.as_ref(), &sampler, &parties, &grants, &plans));
+    comments.extend(output::job_comments(
+        model.as_ref(),
+        &sampler,
+        &parties,
+        &grants,
+        &plans,
+    ));
     comments.push(("summaries".to_string(), rounds_line));
     comments.push((
         "convergence".to_string(),

@@ -287,7 +287,13 @@ async fn stopped(
         assert_eq!(d.open_runs, 0);
         assert_eq!(d.epsilon_committed, closed.epsilon_committed);
     }
-    let report = output::finish(out.path(), "banana", &job, None).unwrap();
+    let report = output::finish(
+        out.path(),
+        &*ModelSpec::flat_banana(2).build().unwrap(),
+        &job,
+        None,
+    )
+    .unwrap();
     assert_eq!(report.partial.map(|p| p.signal), Some(Signal::Interrupt));
     assert!(report.table.starts_with("PARTIAL: stopped by SIGINT"));
     let line = report.interrupted_line(Signal::Interrupt);

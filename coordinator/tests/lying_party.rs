@@ -164,7 +164,13 @@ async fn a_party_away_at_the_close_leaves_the_draws_and_names_its_open_run() {
     );
     assert_eq!(result.closed[1].releases, result.grants[1].releases);
     assert_eq!(PartyNode::describe(&liar).open_runs, 1);
-    let report = fedmcmc_coordinator::output::finish(dir.path(), "banana", &result, None).unwrap();
+    let report = fedmcmc_coordinator::output::finish(
+        dir.path(),
+        &*ModelSpec::flat_banana(2).build().unwrap(),
+        &result,
+        None,
+    )
+    .unwrap();
     assert!(
         report.table.contains("NOT CLOSED: party liar"),
         "{}",

@@ -82,3 +82,93 @@ fn cmdstanpy_and_arviz_read_the_draws() {
     println!("{}", stdout.trim_end());
 }
 
+#[test]
+fn summarise_rebuilds_the_summary_and_plots_from_the_draws_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    small_simulation(&out);
+    let summarise = |d: &Path| run(Command::new(bin("coordinator")).arg("summarise").arg(d));
+    let read = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
+    };
+
+    // Over the job's own summary: the same statistics, the rest kept, the rebuild named.
+    let before = read(&out);
+    let (ok, stdout, stderr) = summarise(&out);
+    assert!(ok, "summarise failed: {stderr}");
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with(&format!("output directory: {}", out.display()))
+    );
+    let after = read(&out);
+    for key in [
+        "parameters",
+        "chains",
+        "parties",
+        "draws_per_chain",
+        "mmd_to_exact",
+    ] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+    assert!(
+        after["rebuilt"]
+            .as_str()
+            .unwrap()
+            .contains("from the draws of 2 chains")
+    );
+
+    // A job killed before its summary: no summary.json, no plots, chain 2 cut mid-line.
+    for f in [
+        "summary.json",
+        "trace.png",
+        "trace.svg",
+        "pair.png",
+        "pair.svg",
+    ] {
+        std::fs::remove_file(out.join(f)).unwrap();
+    }
+    let chain2 = out.join("chain-2.csv");
+    let text = std::fs::read_to_string(&chain2).unwrap();
+    let draws: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let cut = text.find(draws[60]).unwrap() + 5;
+    std::fs::write(&chain2, &text[..cut]).unwrap();
+    let (ok, stdout, stderr) = summarise(&out);
+    assert!(ok, "summarise failed: {stderr}");
+    assert!(stdout.contains("\"partial\": true"), "{stdout}");
+    let rebuilt = read(&out);
+    assert_eq!(rebuilt["partial"], true);
+    assert_eq!(
+        rebuilt["draws_per_chain"], 59,
+        "the header row is not a draw"
+    );
+    assert_eq!(rebuilt["chains"][0]["status"], "completed");
+    assert!(
+        rebuilt["chains"][1]["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("cut short after 59 of")
+    );
+    assert_eq!(rebuilt["model"], before["model"]);
+    assert_eq!(rebuilt["seed"], before["seed"]);
+    let parties = rebuilt["parties"].as_array().unwrap();
+    assert_eq!(parties.len(), 3);
+    for (p, b) in parties.iter().zip(before["parties"].as_array().unwrap()) {
+        assert_eq!((&p["name"], &p["rows"]), (&b["name"], &b["rows"]));
+        assert_eq!(p["noise_multiplier"], b["noise_multiplier"]);
+    }
+    assert!(
+        rebuilt["privacy"]
+            .as_str()
+            .unwrap()
+            .contains("party status")
+    );
+    assert!(out.join("trace.png").is_file() && out.join("pair.svg").is_file());
+
+    // Nothing to summarise: one sentence, and a failure.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (ok, _, stderr) = summarise(&empty);
+    assert!(!ok);
+    assert!(stderr.contains("holds no chain-<c>.csv"), "{stderr}");
+}

@@ -18,7 +18,13 @@ fn the_python_package_installs_with_pip_and_its_tests_pass() {
     copy_dir(&source, &copy);
     let site = dir.path().join("site");
     let (ok, stdout, stderr) = run(Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(["--no-deps", "--no-build-isolation", "--target"])
         .arg(&site)
         .arg(&copy));

@@ -239,6 +239,125 @@ impl DrawFile {
     }
 }
 
+/// One chain's file read back (`coordinator summarise`): its `key = value` lines and its
+/// draws as a trace. The file holds no warm-up draws, so the trace's warm-up is 0 and
+/// `warmup` says what the chain had.
+pub struct ReadChain {
+    pub comments: Vec<(String, String)>,
+    pub trace: ChainTrace,
+    /// The file's `num_warmup`.
+    pub warmup: u64,
+    /// The file's `num_samples`: the draws the chain was to make.
+    pub planned_draws: u64,
+    /// True when the closing block is there: the whole chain was written.
+    pub closed: bool,
+}
+
+impl ReadChain {
+    /// The value of the `# key = value` line `key`, if any.
+    pub fn comment(&self, key: &str) -> Option<&str> {
+        comment(&self.comments, key)
+    }
+}
+
+fn comment<'a>(comments: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    comments
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Reads a chain's file as [`write_chain`] or [`DrawFile`] wrote it. A last line cut short by
+/// a kill (no newline) is dropped; anything else that does not parse is an error naming the
+/// file and line.
+pub fn read_chain(path: &Path) -> anyhow::Result<ReadChain> {
+    let shown = path.display();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {shown}: {e}"))?;
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    let mut comments = Vec::new();
+    let mut header: Option<usize> = None;
+    let mut closed = false;
+    let mut rows: Vec<Vec<f64>> = Vec::new();
+    for (number, line) in complete.lines().enumerate() {
+        let at = || format!("{shown}, line {}", number + 1);
+        if let Some(comment) = line.strip_prefix('#') {
+            let comment = comment.trim();
+            if header.is_none() {
+                if let Some((k, v)) = comment.split_once(" = ") {
+                    comments.push((k.to_string(), v.to_string()));
+                }
+            } else if comment.ends_with("draws written") {
+                closed = true;
+            }
+            continue;
+        }
+        let Some(dim) = header else {
+            let columns: Vec<&str> = line.split(',').collect();
+            let sampler = SAMPLER_COLUMNS.map(|(name, _)| name);
+            let expected: Vec<String> = sampler
+                .iter()
+                .map(|s| s.to_string())
+                .chain((1..).map(|j| format!("theta.{j}")))
+                .take(columns.len())
+                .collect();
+            if columns.len() <= sampler.len() || columns != expected {
+                anyhow::bail!(
+                    "{}: the header is not fedmcmc's ({} then theta.1 …): {line:?}",
+                    at(),
+                    sampler.join(",")
+                );
+            }
+            header = Some(columns.len() - sampler.len());
+            continue;
+        };
+        let values = line
+            .split(',')
+            .map(str::parse::<f64>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("{}: {e}: {line:?}", at()))?;
+        if values.len() != SAMPLER_COLUMNS.len() + dim || !matches!(values[3], 0.0 | 1.0) {
+            anyhow::bail!(
+                "{}: expected {} numbers with accepted__ 0 or 1: {line:?}",
+                at(),
+                SAMPLER_COLUMNS.len() + dim
+            );
+        }
+        rows.push(values);
+    }
+    let Some(dim) = header else {
+        anyhow::bail!("{shown} has no header row: no draws were written");
+    };
+    let number = |key: &str| -> anyhow::Result<u64> {
+        let value = comment(&comments, key)
+            .ok_or_else(|| anyhow::anyhow!("{shown} has no `# {key} = …` line"))?;
+        value
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{shown}: `{key} = {value}`: {e}"))
+    };
+    let trace = ChainTrace {
+        chain: u32::try_from(number("chain_id")?.saturating_sub(1))?,
+        seed: number("chain_seed")?,
+        dim,
+        warmup: 0,
+        theta: rows
+            .iter()
+            .flat_map(|r| r[SAMPLER_COLUMNS.len()..].to_vec())
+            .collect(),
+        accept_stat: rows.iter().map(|r| r[1]).collect(),
+        accepted: rows.iter().map(|r| r[3] == 1.0).collect(),
+        noise_variance: rows.iter().map(|r| r[4]).collect(),
+        scale: rows.iter().map(|r| r[2]).collect(),
+    };
+    Ok(ReadChain {
+        warmup: number("num_warmup")?,
+        planned_draws: number("num_samples")?,
+        comments,
+        trace,
+        closed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +457,51 @@ mod tests {
             t.scale.push(0.1);
         }
         t
+    }
+
+    #[test]
+    fn a_chain_reads_back_as_written_and_a_cut_last_line_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chain-1.csv");
+        let t = trace(7);
+        let comments = vec![("parameters".to_string(), "a,b".to_string())];
+        let header = Header::of(&t, "banana", "penalty", &comments);
+        write_chain(&path, &t, &header).unwrap();
+        let read = read_chain(&path).unwrap();
+        assert!(read.closed);
+        assert_eq!((read.warmup, read.planned_draws), (2, 5));
+        assert_eq!(read.comment("parameters"), Some("a,b"));
+        assert_eq!(
+            (read.trace.chain, read.trace.seed, read.trace.dim),
+            (0, 7, 2)
+        );
+        assert_eq!(read.trace.theta, t.theta[4..]);
+        assert_eq!(read.trace.accepted, t.accepted[2..]);
+        assert_eq!(read.trace.scale, t.scale[2..]);
+
+        // A chain killed mid-write: no closing block, a last line cut short.
+        let mut file = DrawFile::open(&path.with_file_name("chain-2.csv"), &header).unwrap();
+        feed(&mut file, &t, 0, 5).unwrap();
+        drop(file);
+        let cut = path.with_file_name("chain-2.csv");
+        let mut text = std::fs::read_to_string(&cut).unwrap();
+        text += "0,0.5,0.1,1,1.5,5";
+        std::fs::write(&cut, &text).unwrap();
+        let read = read_chain(&cut).unwrap();
+        assert!(!read.closed);
+        assert_eq!(read.trace.steps(), 3);
+
+        // A damaged line within the file is an error that names it.
+        std::fs::write(
+            &cut,
+            text.replace("0,0.5,0.1,1,1.5,2,-2", "0,0.5,x,1,1.5,2,-2"),
+        )
+        .unwrap();
+        let err = read_chain(&cut).err().unwrap().to_string();
+        assert!(
+            err.contains("chain-2.csv, line") && err.contains("invalid float"),
+            "{err}"
+        );
     }
 
     /// Feeds steps `from..to` of `full` to `file`, as the sampler does after each step.

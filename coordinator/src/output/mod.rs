@@ -15,6 +15,7 @@ use summary::ExactReference;
 
 pub mod draws_csv;
 pub mod plots;
+pub mod rebuild;
 pub mod summary;
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {

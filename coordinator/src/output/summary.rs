@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::initialiser::InitialiserSettings;
 use crate::job::JobResult;
+use crate::sampler::ChainTrace;
 use crate::variant::Variant;
 
 /// One parameter. The statistics are those of `diagnostics::summary` over the first
@@ -144,33 +145,33 @@ fn finite(x: f64) -> Option<f64> {
 /// `diagnostics::summary` of parameter `j` over the first `draws` draws of every chain, or
 /// `None` when that is too few to split chains.
 fn parameter_stats(
-    job: &JobResult,
+    traces: &[ChainTrace],
     j: usize,
     draws: usize,
 ) -> Result<Option<diagnostics::Summary>, DiagnosticsError> {
     if draws < diagnostics::MIN_DRAWS {
         return Ok(None);
     }
-    let chains: Vec<Vec<f64>> = job
-        .traces
+    let chains: Vec<Vec<f64>> = traces
         .iter()
         .map(|t| t.parameter(j)[..draws].to_vec())
         .collect();
     diagnostics::summary(&chains).map(Some)
 }
 
-pub fn summarise(
-    model: &dyn Model,
-    job: &JobResult,
+/// Every parameter's statistics over the first `draws_per_chain` post-warm-up draws of each
+/// chain, which is returned beside them: chains stopped early may differ by a step or two,
+/// and the diagnostics need equal lengths. `labels` are the model's names for them.
+pub fn parameters(
+    labels: &[String],
+    traces: &[ChainTrace],
     exact: Option<&ExactReference>,
-) -> Result<Summary, DiagnosticsError> {
-    let dim = job.traces.first().map_or(0, |t| t.dim);
-    let labels = model.parameter_names();
-    // Chains stopped early may differ by a step or two; the diagnostics need equal lengths.
-    let draws = job.traces.iter().map(|t| t.draws()).min().unwrap_or(0);
+) -> Result<(Vec<ParameterSummary>, usize), DiagnosticsError> {
+    let dim = traces.first().map_or(0, |t| t.dim);
+    let draws = traces.iter().map(|t| t.draws()).min().unwrap_or(0);
     let parameters = (0..dim)
         .map(|j| {
-            let s = parameter_stats(job, j, draws)?;
+            let s = parameter_stats(traces, j, draws)?;
             let stat = |f: fn(&diagnostics::Summary) -> f64| s.as_ref().and_then(|s| finite(f(s)));
             Ok(ParameterSummary {
                 name: format!("theta.{}", j + 1),
@@ -188,6 +189,15 @@ pub fn summarise(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    Ok((parameters, draws))
+}
+
+pub fn summarise(
+    model: &dyn Model,
+    job: &JobResult,
+    exact: Option<&ExactReference>,
+) -> Result<Summary, DiagnosticsError> {
+    let (parameters, draws) = parameters(&model.parameter_names(), &job.traces, exact)?;
     let planned = job.sampler.iterations;
     let stopped_by = job.interrupted.map(|s| s.to_string());
     let chains = job
@@ -270,6 +280,46 @@ fn cell(x: Option<f64>, show: impl Fn(f64) -> String) -> String {
     x.map_or_else(|| "–".to_string(), show)
 }
 
+/// One line per parameter: its statistics, and the exact posterior's where known.
+pub fn parameter_table(parameters: &[ParameterSummary]) -> String {
+    let mut out = String::new();
+    // The first column fits the model's names for its coefficients (a GLM's features).
+    let w = parameters
+        .iter()
+        .map(|p| p.label.chars().count())
+        .fold(10, usize::max);
+    out.push_str(&format!(
+        "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+        "parameter", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"
+    ));
+    let with_exact = parameters.iter().any(|p| p.exact_mean.is_some());
+    if with_exact {
+        out.push_str(&format!(" {:>11} {:>9}", "exact mean", "exact sd"));
+    }
+    out.push('\n');
+    let f4 = |x: f64| format!("{x:.4}");
+    let f0 = |x: f64| format!("{x:.0}");
+    for p in parameters {
+        out.push_str(&format!(
+            "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+            p.label,
+            cell(p.mean, f4),
+            cell(p.sd, f4),
+            cell(p.q5, f4),
+            cell(p.q50, f4),
+            cell(p.q95, f4),
+            cell(p.ess_bulk, f0),
+            cell(p.ess_tail, f0),
+            cell(p.r_hat, |x| format!("{x:.3}")),
+        ));
+        if let (Some(m), Some(sd)) = (p.exact_mean, p.exact_sd) {
+            out.push_str(&format!(" {m:>11.4} {sd:>9.4}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The human-readable table printed on stdout.
 pub fn table(s: &Summary) -> String {
     let mut out = String::new();
@@ -292,37 +342,7 @@ pub fn table(s: &Summary) -> String {
         out.pop();
         out.push_str(&format!("aggregation: {a}\n\n"));
     }
-    // The first column fits the model's names for its coefficients (a GLM's features).
-    let w = s.parameters.iter().map(|p| p.label.chars().count()).fold(10, usize::max);
-    out.push_str(&format!(
-        "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
-        "parameter", "mean", "sd", "q5", "q50", "q95", "ess_bulk", "ess_tail", "r_hat"
-    ));
-    let with_exact = s.parameters.iter().any(|p| p.exact_mean.is_some());
-    if with_exact {
-        out.push_str(&format!(" {:>11} {:>9}", "exact mean", "exact sd"));
-    }
-    out.push('\n');
-    let f4 = |x: f64| format!("{x:.4}");
-    let f0 = |x: f64| format!("{x:.0}");
-    for p in &s.parameters {
-        out.push_str(&format!(
-            "{:<w$} {:>10} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
-            p.label,
-            cell(p.mean, f4),
-            cell(p.sd, f4),
-            cell(p.q5, f4),
-            cell(p.q50, f4),
-            cell(p.q95, f4),
-            cell(p.ess_bulk, f0),
-            cell(p.ess_tail, f0),
-            cell(p.r_hat, |x| format!("{x:.3}")),
-        ));
-        if let (Some(m), Some(sd)) = (p.exact_mean, p.exact_sd) {
-            out.push_str(&format!(" {m:>11.4} {sd:>9.4}"));
-        }
-        out.push('\n');
-    }
+    out += &parameter_table(&s.parameters);
     out.push_str(&format!(
         "\n{:<7} {:>10} {:>8} {:>11} {:>14}\n",
         "chain",
