@@ -125,7 +125,7 @@ async fn serve(
         let address = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            fedmcmc_party::service::serve(node, TOKEN, None, listener, async {
+            fedmcmc_party::service::serve(node, TOKEN, None, listener, None, async {
                 let _ = stopped.await;
             })
             .await

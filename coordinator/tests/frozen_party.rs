@@ -109,7 +109,7 @@ async fn serve(node: Arc<PartyNode>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        fedmcmc_party::service::serve(node, TOKEN, None, listener, std::future::pending())
+        fedmcmc_party::service::serve(node, TOKEN, None, listener, None, std::future::pending())
             .await
             .unwrap();
     });

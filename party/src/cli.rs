@@ -57,15 +57,22 @@ pub fn main(model: ModelSource) -> ExitCode {
 /// Log lines on stderr, at `info` unless `RUST_LOG` says otherwise: the party's and the
 /// coordinator's command lines both.
 pub fn init_logging() {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    if std::env::var(LOG_FORMAT).is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
         // Colour codes only for a person at a terminal, not in log files or pipes.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
 }
+
+/// `FEDMCMC_LOG_FORMAT=json`: one JSON object per log line, for a log collector.
+pub const LOG_FORMAT: &str = "FEDMCMC_LOG_FORMAT";
 
 async fn run(cli: Cli, model: ModelSource) -> ExitCode {
     init_logging();
@@ -112,15 +119,27 @@ async fn serve(path: &std::path::Path, model: ModelSource) -> anyhow::Result<()>
             "INSECURE: serving plaintext gRPC without TLS (`insecure = true` in the config): anyone on the network path can read the answers and the bearer token"
         );
     }
+    let metrics = match config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (metrics_listen): {e}"))?,
+        ),
+        None => None,
+    };
     // Its signals are handled from before it says it listens.
     let shutdown = shutdown_signal()?;
-    // Operators and tests read the bound address from this line on stdout.
+    // Operators and tests read the bound addresses from these lines on stdout.
     println!("listening on {}", listener.local_addr()?);
+    if let Some(m) = &metrics {
+        println!("metrics on http://{}/metrics", m.local_addr()?);
+    }
     crate::service::serve(
         opened.node,
         &opened.token,
         config.tls.as_ref(),
         listener,
+        metrics,
         shutdown,
     )
     .await?;

@@ -37,6 +37,11 @@ pub struct PartyConfig {
     /// to. Required unless `insecure` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Where to serve `/health` (plain text) and `/metrics` (Prometheus) over plain HTTP,
+    /// e.g. "127.0.0.1:9464"; none when absent. No token guards it: bind it to an interface
+    /// only the operator's monitoring reaches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Serve plaintext gRPC, without TLS: for a closed test network only (logged loudly).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
@@ -500,6 +505,7 @@ mod tests {
             model: Some(ModelSpec::flat_banana(2)),
             limits: RunLimits::default(),
             tls: None,
+            metrics_listen: None,
             insecure: true,
         };
         let text = toml::to_string(&config).unwrap();

@@ -26,6 +26,7 @@ mod description;
 pub mod error;
 mod fold;
 pub mod ledger;
+pub mod metrics;
 pub mod node;
 mod noise;
 mod plan;

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
+use crate::metrics::Metrics;
 use crate::node::{
     BARKER, FULL_PENALTY, HMC, HmcPlan, INITIALISER, MINIBATCH_PENALTY, PartyNode, Plan,
     SUFFICIENT_STATISTICS, SUMMARIES,
@@ -81,14 +82,21 @@ pub struct PartyService {
     /// Describe's pace per caller ([`crate::throttle`]).
     describe_pace: Throttle,
     callers: RandomState,
+    metrics: Arc<Metrics>,
 }
 
 impl PartyService {
     pub fn new(node: Arc<PartyNode>) -> Self {
+        Self::with_metrics(node, Arc::default())
+    }
+
+    /// The service counting its releases, refusals and step times into `metrics`.
+    pub fn with_metrics(node: Arc<PartyNode>, metrics: Arc<Metrics>) -> Self {
         PartyService {
             node,
             describe_pace: Throttle::default(),
             callers: RandomState::new(),
+            metrics,
         }
     }
 }
@@ -105,8 +113,22 @@ fn step_key(key: Option<&pb::StepKey>) -> Result<StepKey<'_>, Status> {
     })
 }
 
-/// One step, shared by the unary and the streamed call.
-async fn step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution, Status> {
+/// One step, shared by the unary and the streamed call, timed into `metrics`.
+async fn step(
+    node: &PartyNode,
+    metrics: &Metrics,
+    req: pb::StepRequest,
+) -> Result<pb::Contribution, Status> {
+    let start = std::time::Instant::now();
+    let answer = answer_step(node, req).await;
+    match &answer {
+        Ok(c) => metrics.answered(c.replayed, start.elapsed()),
+        Err(_) => metrics.step_refused(start.elapsed()),
+    }
+    answer
+}
+
+async fn answer_step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution, Status> {
     let key = step_key(req.key.as_ref())?;
     let query = match &req.query {
         Some(pb::step_request::Query::LogLikRatio(q)) => Query::LogLikRatio {
@@ -333,30 +355,40 @@ impl Party for PartyService {
         &self,
         request: Request<pb::StepRequest>,
     ) -> Result<Response<pb::Contribution>, Status> {
-        Ok(Response::new(step(&self.node, request.into_inner()).await?))
+        Ok(Response::new(
+            step(&self.node, &self.metrics, request.into_inner()).await?,
+        ))
     }
 
     async fn step_stream(
         &self,
         request: Request<Streaming<pb::StepRequest>>,
     ) -> Result<Response<ReplyStream>, Status> {
-        let state = Some((Arc::clone(&self.node), request.into_inner()));
+        let state = Some((
+            Arc::clone(&self.node),
+            Arc::clone(&self.metrics),
+            request.into_inner(),
+        ));
         // Requests are answered one at a time, in order; a transport error ends the stream.
         let replies = futures::stream::unfold(state, |state| async move {
-            let (node, mut inbound) = state?;
+            let (node, metrics, mut inbound) = state?;
             match inbound.message().await {
                 Ok(Some(req)) => {
-                    let result = match step(&node, req).await {
+                    let result = match step(&node, &metrics, req).await {
                         Ok(c) => pb::step_reply::Result::Contribution(c),
-                        Err(s) => pb::step_reply::Result::Refusal(pb::Refusal {
-                            code: s.code() as i32,
-                            message: s.message().to_string(),
-                        }),
+                        Err(s) => {
+                            // In the stream, not in a status the router's layer sees.
+                            metrics.refused(s.code());
+                            pb::step_reply::Result::Refusal(pb::Refusal {
+                                code: s.code() as i32,
+                                message: s.message().to_string(),
+                            })
+                        }
                     };
                     let reply = pb::StepReply {
                         result: Some(result),
                     };
-                    Some((Ok(reply), Some((node, inbound))))
+                    Some((Ok(reply), Some((node, metrics, inbound))))
                 }
                 Ok(None) => None,
                 Err(status) => Some((Err(oversize_is_exhaustion(status)), None)),
@@ -464,14 +496,25 @@ fn oversize_is_exhaustion(status: Status) -> Status {
 }
 
 /// [`oversize_is_exhaustion`] for a unary call, which tonic refuses before any handler runs:
-/// the status travels in the response headers (a trailers-only response).
+/// the status travels in the response headers (a trailers-only response). Every refusal
+/// that is not inside a stream leaves this way (interceptors', decoding's and handlers'),
+/// so it is counted here, once, into `metrics`.
 fn oversize_is_exhaustion_in_headers(
+    metrics: &Metrics,
     mut response: http::Response<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
     let status = response.headers().get("grpc-status");
     if status.is_some_and(|code| code.as_bytes() == b"11") {
         let code = http::HeaderValue::from(tonic::Code::ResourceExhausted as i32);
         response.headers_mut().insert("grpc-status", code);
+    }
+    let code = response
+        .headers()
+        .get("grpc-status")
+        .and_then(|c| c.to_str().ok()?.parse::<i32>().ok())
+        .map(tonic::Code::from);
+    if let Some(code) = code.filter(|c| *c != tonic::Code::Ok) {
+        metrics.refused(code);
     }
     response
 }
@@ -482,9 +525,11 @@ pub fn service(
     node: Arc<PartyNode>,
     token: &str,
     allowed_clients: &[String],
+    metrics: Arc<Metrics>,
 ) -> InterceptedService<PartyServer<PartyService>, BearerAuth> {
     InterceptedService::new(
-        PartyServer::new(PartyService::new(node)).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        PartyServer::new(PartyService::with_metrics(node, metrics))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
         BearerAuth::new(token, allowed_clients),
     )
 }
@@ -493,11 +538,36 @@ pub fn service(
 /// With `tls`, only callers whose certificates chain to its CA complete a handshake
 /// ([`crate::tls::accept`], which logs each refusal); without, plaintext (an operator's
 /// explicit `insecure`, or a test). Plaintext sockets get TCP_NODELAY as TLS ones do.
+/// With `metrics`, `/health` and `/metrics` are served on it ([`crate::metrics`]) as long.
 pub async fn serve(
     node: Arc<PartyNode>,
     token: &str,
     tls: Option<&crate::tls::TlsFiles>,
     listener: TcpListener,
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let counts = Arc::new(Metrics::default());
+    let endpoint = metrics.map(|listener| {
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            Arc::clone(&counts),
+            Arc::clone(&node),
+        ))
+    });
+    let served = serve_grpc(node, token, tls, listener, Arc::clone(&counts), shutdown).await;
+    if let Some(endpoint) = endpoint {
+        endpoint.abort();
+    }
+    served
+}
+
+async fn serve_grpc(
+    node: Arc<PartyNode>,
+    token: &str,
+    tls: Option<&crate::tls::TlsFiles>,
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let allowed = tls
@@ -509,16 +579,19 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_service = InterceptedService::new(health_service, ClientCheck::new(allowed));
     health.set_serving::<PartyServer<PartyService>>().await;
+    let stopping = Arc::clone(&metrics);
     let shutdown = async move {
         shutdown.await;
+        stopping.stopping();
         health.set_not_serving::<PartyServer<PartyService>>().await;
     };
+    let counts = Arc::clone(&metrics);
     let router = tonic::transport::Server::builder()
-        .layer(tower::util::MapResponseLayer::new(
-            oversize_is_exhaustion_in_headers,
-        ))
+        .layer(tower::util::MapResponseLayer::new(move |response| {
+            oversize_is_exhaustion_in_headers(&counts, response)
+        }))
         .add_service(health_service)
-        .add_service(service(node, token, allowed));
+        .add_service(service(node, token, allowed, metrics));
     match tls {
         Some(tls) => {
             let incoming = crate::tls::accept(listener, tls.acceptor()?);

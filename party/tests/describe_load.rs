@@ -163,6 +163,7 @@ fn step_latency_while_clients_loop_on_describe() {
         TOKEN,
         None,
         listener,
+        None,
         async {
             let _ = stopped.await;
         },

@@ -314,6 +314,7 @@ fn party(dir: &Path, server: &Server<impl Sized>, query: &str, password: &str) -
         model: Some(ModelSpec::flat_banana(2)),
         limits: Default::default(),
         tls: None,
+        metrics_listen: None,
         insecure: true,
     };
     let path = dir.join("party.toml");

@@ -1,6 +1,7 @@
 //! Operating a party: one process per ledger (a second `party serve` on a ledger in use stops
 //! at once, naming it, however the path reaches the file, and the first keeps serving), and
-//! token files readable by their owner only; `party status` beside a serving party.
+//! token files readable by their owner only; `party status` beside a serving party; a hangup
+//! shuts down gracefully; health and metrics on their own port, and JSON logs.
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -143,31 +144,37 @@ fn status_reads_the_ledger_of_a_serving_party() {
 
 /// A party whose terminal closes (SIGHUP) shuts down as on SIGTERM, saying so in its log,
 /// instead of dying without a line.
-#[test]
-fn a_hangup_shuts_a_party_down_gracefully_with_a_log_line() {
-    use std::io::{BufRead, BufReader, Read};
+/// `party serve` on the party directory `dir` (its token made owner-only), with `env`, its
+/// stdout and stderr piped; the child and its stdout's reader, after the "listening on" line.
+fn serve_piped(
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
     use std::process::Stdio;
-
-    let dir = tempfile::tempdir().unwrap();
-    party_dir(dir.path(), "ledger.sqlite");
-    std::fs::set_permissions(
-        dir.path().join("token"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    std::fs::set_permissions(dir.join("token"), std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut party = Command::new(bin("party"))
         .args(["serve", "--config"])
-        .arg(dir.path().join("party.toml"))
+        .arg(dir.join("party.toml"))
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut stdout = std::io::BufReader::new(party.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(party.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    stdout.read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on "), "{line}");
-    assert_eq!(unsafe { libc::kill(party.id() as i32, libc::SIGHUP) }, 0);
+    (party, stdout)
+}
+
+/// Sends `signal` to `party` and waits for it: its exit status and stderr.
+fn stop(mut party: std::process::Child, signal: i32) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    assert_eq!(unsafe { libc::kill(party.id() as i32, signal) }, 0);
     let status = party.wait().unwrap();
     let mut stderr = String::new();
     party
@@ -176,9 +183,79 @@ fn a_hangup_shuts_a_party_down_gracefully_with_a_log_line() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
+    (status, stderr)
+}
+
+#[test]
+fn a_hangup_shuts_a_party_down_gracefully_with_a_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    party_dir(dir.path(), "ledger.sqlite");
+    let (party, _) = serve_piped(dir.path(), &[]);
+    let (status, stderr) = stop(party, libc::SIGHUP);
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(
         stderr.contains("shutting down") && stderr.contains("SIGHUP"),
         "{stderr}"
     );
+}
+
+/// `GET path` over plain HTTP/1.1 at `addr`: the whole response.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut socket = TcpStream::connect(addr).unwrap();
+    write!(
+        socket,
+        "GET {path} HTTP/1.1\r\nHost: party\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// With `metrics_listen`, `party serve` says where on its second stdout line and serves
+/// `/health` and `/metrics` there; with `FEDMCMC_LOG_FORMAT=json` every log line is a JSON
+/// object.
+#[test]
+fn a_party_serves_health_and_metrics_on_its_own_port_and_logs_json_when_asked() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    party_dir(dir.path(), "ledger.sqlite");
+    let config = dir.path().join("party.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("metrics_listen = \"127.0.0.1:0\"\n{text}")).unwrap();
+    let (party, mut stdout) = serve_piped(dir.path(), &[("FEDMCMC_LOG_FORMAT", "json")]);
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("second line: {line:?}"))
+        .to_string();
+    let health = http_get(&addr, "/health");
+    assert!(
+        health.starts_with("HTTP/1.1 200") && health.ends_with("\r\n\r\nSERVING\n"),
+        "{health}"
+    );
+    let metrics = http_get(&addr, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("application/openmetrics-text"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("\nfedmcmc_party_rows 3\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nfedmcmc_party_epsilon_budget 1.0\n"),
+        "{metrics}"
+    );
+    assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+    let (status, stderr) = stop(party, libc::SIGTERM);
+    assert!(status.success(), "{status:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{l}");
+    }
 }

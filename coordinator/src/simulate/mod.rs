@@ -289,6 +289,7 @@ fn write_party_dir(
         },
         model: Some(sim.spec.clone()),
         limits: Default::default(),
+        metrics_listen: None,
         insecure: tls.is_none(),
         tls,
     };
@@ -312,9 +313,16 @@ async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
     let token = opened.token.clone();
     let tls = config.tls.clone();
     let task = tokio::spawn(async move {
-        fedmcmc_party::service::serve(opened.node, &opened.token, tls.as_ref(), listener, async {
-            let _ = stopped.await;
-        })
+        fedmcmc_party::service::serve(
+            opened.node,
+            &opened.token,
+            tls.as_ref(),
+            listener,
+            None,
+            async {
+                let _ = stopped.await;
+            },
+        )
         .await
     });
     Ok(ServedParty {
