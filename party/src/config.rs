@@ -63,6 +63,10 @@ pub struct RunLimits {
     /// tolerate (its threshold t); a run that assumes fewer is refused. 0 trusts that no
     /// other party colludes, which shares the noise among all of them.
     pub min_threshold: u32,
+    /// Describe calls per second one caller is answered at, sustained, after a burst of
+    /// `describe_burst` (`throttle.rs`): the one call a caller can repeat for nothing.
+    pub describe_per_second: u32,
+    pub describe_burst: u32,
 }
 
 impl Default for RunLimits {
@@ -72,6 +76,8 @@ impl Default for RunLimits {
             max_open_runs: 16,
             max_chains: 256,
             min_threshold: 0,
+            describe_per_second: crate::throttle::PER_SECOND,
+            describe_burst: crate::throttle::BURST,
         }
     }
 }
@@ -383,12 +389,16 @@ impl PartyConfig {
             lease_seconds,
             max_open_runs,
             max_chains,
+            describe_per_second,
+            describe_burst,
             ..
         } = self.limits;
         for (key, value) in [
             ("lease_seconds", lease_seconds),
             ("max_open_runs", max_open_runs.into()),
             ("max_chains", max_chains.into()),
+            ("describe_per_second", describe_per_second.into()),
+            ("describe_burst", describe_burst.into()),
         ] {
             if value == 0 {
                 return Err(format!("limits.{key} must be at least 1"));
@@ -547,20 +557,27 @@ mod tests {
             PartyConfig::load(&path)
         };
         assert_eq!(with("").unwrap().limits, RunLimits::default());
-        let set = with("[limits]\nlease_seconds = 30\nmax_open_runs = 2\n").unwrap();
+        let set =
+            with("[limits]\nlease_seconds = 30\nmax_open_runs = 2\ndescribe_per_second = 5\n")
+                .unwrap();
         assert_eq!(
             set.limits,
             RunLimits {
                 lease_seconds: 30,
                 max_open_runs: 2,
+                describe_per_second: 5,
                 ..RunLimits::default()
             }
         );
-        let err = with("[limits]\nmax_chains = 0\n").unwrap_err().to_string();
-        assert!(
-            err.contains("limits.max_chains must be at least 1"),
-            "{err}"
-        );
+        for key in ["max_chains", "describe_burst"] {
+            let err = with(&format!("[limits]\n{key} = 0\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("limits.{key} must be at least 1")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -92,9 +92,10 @@ impl PartyService {
 
     /// The service counting its releases, refusals and step times into `metrics`.
     pub fn with_metrics(node: Arc<PartyNode>, metrics: Arc<Metrics>) -> Self {
+        let limits = node.limits;
         PartyService {
             node,
-            describe_pace: Throttle::default(),
+            describe_pace: Throttle::new(limits.describe_per_second, limits.describe_burst),
             callers: RandomState::new(),
             metrics,
         }
@@ -236,7 +237,7 @@ impl Party for PartyService {
         {
             return Err(Status::resource_exhausted(format!(
                 "Describe is paced at {} calls per second per caller and this caller's queue is over {} s long; call again later",
-                throttle::PER_SECOND,
+                self.describe_pace.per_second(),
                 throttle::MAX_WAIT.as_secs()
             )));
         }

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Describe calls per second per caller, sustained.
-pub const PER_SECOND: f64 = 20.0;
-/// Calls a caller may make at once before the pace applies.
-pub const BURST: f64 = 20.0;
+/// Describe calls per second per caller, sustained, unless `[limits]` says otherwise.
+pub const PER_SECOND: u32 = 20;
+/// Calls a caller may make at once before the pace applies, unless `[limits]` says otherwise.
+pub const BURST: u32 = 20;
 /// The longest a call waits for its turn; beyond it the call is refused.
 pub const MAX_WAIT: Duration = Duration::from_secs(2);
 /// Callers remembered at most; beyond it, callers whose pace has lapsed are forgotten.
@@ -49,25 +49,27 @@ impl Caller {
 
 /// The callers' theoretical arrival times.
 pub struct Throttle {
+    per_second: u32,
     interval: Duration,
     tolerance: Duration,
     next: Mutex<HashMap<Caller, Instant>>,
 }
 
-impl Default for Throttle {
-    fn default() -> Self {
-        Throttle::new(PER_SECOND, BURST)
-    }
-}
-
 impl Throttle {
-    pub fn new(per_second: f64, burst: f64) -> Self {
-        let interval = Duration::from_secs_f64(1.0 / per_second);
+    /// `per_second` and `burst` at least 1 (`[limits]` is checked when read).
+    pub fn new(per_second: u32, burst: u32) -> Self {
+        let interval = Duration::from_secs_f64(1.0 / f64::from(per_second.max(1)));
         Throttle {
+            per_second,
             interval,
-            tolerance: interval.mul_f64(burst - 1.0),
+            tolerance: interval * burst.saturating_sub(1),
             next: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The sustained pace, calls per second.
+    pub fn per_second(&self) -> u32 {
+        self.per_second
     }
 
     /// How long `caller` must wait before its call starts, or `None` if that is longer than
@@ -112,7 +114,7 @@ mod tests {
     /// queue is longer than the longest wait is refused without being counted.
     #[test]
     fn a_caller_is_paced_after_its_burst() {
-        let throttle = Throttle::new(10.0, 3.0);
+        let throttle = Throttle::new(10, 3);
         let now = Instant::now();
         let waits: Vec<Option<Duration>> =
             (0..25).map(|_| throttle.admit(caller(1), now)).collect();
@@ -137,7 +139,7 @@ mod tests {
     /// One caller's queue does not delay another's.
     #[test]
     fn callers_are_paced_apart() {
-        let throttle = Throttle::new(10.0, 1.0);
+        let throttle = Throttle::new(10, 1);
         let now = Instant::now();
         for _ in 0..10 {
             throttle.admit(caller(1), now);
