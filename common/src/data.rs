@@ -1,5 +1,6 @@
 //! Data sets in column-major layout. A party's hot loop (the clipped log-likelihood-ratio sum)
 //! streams whole columns, so each column is one contiguous slice of a single allocation.
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why a data set could not be built.
@@ -54,13 +55,25 @@ pub fn column_names(d: usize) -> Vec<String> {
     (1..=d).map(|j| format!("x{j}")).collect()
 }
 
-/// An `n × d` data set stored column-major: column `j` is `values[j*n .. (j+1)*n]`.
-/// Every value is finite (checked on construction), so per-row maths never meets NaN.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// An `n × d` data set stored column-major: column `j` is `values[j*stride + start ..][..n]`.
+/// Every value is finite (checked on construction), so per-row maths never meets NaN. The
+/// values are shared and never change, so [`Columns::rows`] is a window on them, not a
+/// copy: a big party's hot loops split their rows among threads that way.
+#[derive(Clone, Debug, Default)]
 pub struct Columns {
     n: usize,
     d: usize,
-    values: Vec<f64>,
+    /// Rows of the underlying buffer (its column length) and this window's first row.
+    stride: usize,
+    start: usize,
+    values: Arc<[f64]>,
+}
+
+/// Equal when they hold the same rows, whatever buffer or window they are in.
+impl PartialEq for Columns {
+    fn eq(&self, other: &Self) -> bool {
+        self.n == other.n && self.d == other.d && (0..self.d).all(|j| self.col(j) == other.col(j))
+    }
 }
 
 impl Columns {
@@ -80,7 +93,35 @@ impl Columns {
                 value: values[k],
             });
         }
-        Ok(Columns { n, d, values })
+        Ok(Columns::owning(n, d, values))
+    }
+
+    /// The whole of a column-major buffer whose values are already checked.
+    fn owning(n: usize, d: usize, values: Vec<f64>) -> Columns {
+        Columns {
+            n,
+            d,
+            stride: n,
+            start: 0,
+            values: values.into(),
+        }
+    }
+
+    /// Rows `range` of this set, sharing its values (no copy). Panics if the range is out
+    /// of bounds.
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Columns {
+        assert!(
+            range.start <= range.end && range.end <= self.n,
+            "rows {range:?} out of range for {} rows",
+            self.n
+        );
+        Columns {
+            n: range.end - range.start,
+            d: self.d,
+            stride: self.stride,
+            start: self.start + range.start,
+            values: Arc::clone(&self.values),
+        }
     }
 
     /// From one vector per column; all columns must have the same length.
@@ -130,7 +171,8 @@ impl Columns {
     /// Column `j` as a contiguous slice of length `n`.
     pub fn col(&self, j: usize) -> &[f64] {
         assert!(j < self.d, "column {j} out of range for {} columns", self.d);
-        &self.values[j * self.n..(j + 1) * self.n]
+        let first = j * self.stride + self.start;
+        &self.values[first..first + self.n]
     }
 
     /// Copy row `i` into `out` (length `d`), so row-wise callers need not allocate per row.
@@ -138,7 +180,7 @@ impl Columns {
         assert!(i < self.n, "row {i} out of range for {} rows", self.n);
         assert_eq!(out.len(), self.d, "row buffer length");
         for (j, o) in out.iter_mut().enumerate() {
-            *o = self.values[j * self.n + i];
+            *o = self.col(j)[i];
         }
     }
 
@@ -151,11 +193,7 @@ impl Columns {
             values.extend(rows.iter().map(|&i| col[i]));
         }
         // The values are already checked finite.
-        Columns {
-            n: rows.len(),
-            d: self.d,
-            values,
-        }
+        Columns::owning(rows.len(), self.d, values)
     }
 
     /// Contiguous row ranges of near-equal size (the first `n % parts` get one row more), for
@@ -172,11 +210,7 @@ impl Columns {
                     .copied()
                     .collect();
                 start += len;
-                Columns {
-                    n: len,
-                    d: self.d,
-                    values,
-                }
+                Columns::owning(len, self.d, values)
             })
             .collect()
     }
@@ -195,7 +229,7 @@ impl Columns {
             .flat_map(|j| parts.iter().flat_map(move |p| p.col(j)))
             .copied()
             .collect();
-        Ok(Columns { n, d, values })
+        Ok(Columns::owning(n, d, values))
     }
 }
 
@@ -228,6 +262,37 @@ mod tests {
         let from_cols =
             Columns::from_columns(vec![vec![1.0, 2.0, 3.0, 4.0, 5.0], c.col(1).to_vec()]).unwrap();
         assert_eq!(from_cols, c);
+    }
+
+    #[test]
+    fn a_window_of_rows_reads_like_a_copy_of_them() {
+        let c = sample();
+        let w = c.rows(1..4);
+        assert_eq!((w.n(), w.d()), (3, 2));
+        assert_eq!(w.col(0), &[2.0, 3.0, 4.0]);
+        assert_eq!(w.col(1), &[20.0, 30.0, 40.0]);
+        let mut row = [0.0; 2];
+        w.row_into(2, &mut row);
+        assert_eq!(row, [4.0, 40.0]);
+        // A window of a window, a selection from one, and equality by content.
+        let ww = w.rows(1..3);
+        assert_eq!(ww.col(1), &[30.0, 40.0]);
+        assert_eq!(w.select(&[2, 0]).col(0), &[4.0, 2.0]);
+        assert_eq!(
+            ww,
+            Columns::from_rows(2, &[[3.0, 30.0], [4.0, 40.0]]).unwrap()
+        );
+        assert_eq!(c.rows(0..5), c);
+        assert_eq!(c.rows(2..2).n(), 0);
+        let parts = c.split(2);
+        assert_eq!(Columns::concat(&[c.rows(0..3), c.rows(3..5)]).unwrap(), c);
+        assert_eq!(parts[0], c.rows(0..3));
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn a_window_past_the_rows_panics() {
+        sample().rows(3..6);
     }
 
     #[test]

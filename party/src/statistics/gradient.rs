@@ -5,7 +5,7 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
-use super::{Computed, Public, Statistic, clipped_sum_bound};
+use super::{Computed, Public, Statistic, clipped_sum_bound, parallel};
 use crate::release::Bound;
 
 /// A gradient query whose θ passed the public checks; `clip` is the run's b_g.
@@ -34,8 +34,19 @@ impl Statistic for Gradient<'_> {
         bound: &Bound,
         _: &mut ChaCha20Rng,
     ) -> Computed {
-        let mut value = vec![0.0; model.dim()];
-        model.clipped_grad_sum(rows, self.theta, bound.row, &mut value);
+        let value = parallel::split_sum(
+            rows,
+            parallel::threads_for(rows.n()),
+            |part| {
+                let mut value = vec![0.0; model.dim()];
+                model.clipped_grad_sum(part, self.theta, bound.row, &mut value);
+                value
+            },
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
         Computed {
             value,
             inherent_variance: 0.0,

@@ -1,12 +1,12 @@
 //! The full-data log-likelihood ratio: Σ_x clip(r_x, b) with r_x = ℓ(x|θ′) − ℓ(x|θ), each
 //! party's term of the federated DP penalty (Yıldırım & Ermiş 2019, Alg. 2; its cost is
 //! Räisä 2020, Thm 3.2).
-use fedmcmc_common::clip;
+use fedmcmc_common::clip::{self, ClippedSum};
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
-use super::{Computed, Public, Statistic, clipped_sum_bound};
+use super::{Computed, Public, Statistic, clipped_sum_bound, parallel};
 use crate::release::Bound;
 
 /// A ratio query whose θ and θ′ passed the public checks.
@@ -49,7 +49,15 @@ impl Statistic for LogLikRatio<'_> {
         bound: &Bound,
         _: &mut ChaCha20Rng,
     ) -> Computed {
-        let sum = model.clipped_llr_sum(rows, self.theta, self.theta_proposed, bound.row);
+        let sum = parallel::split_sum(
+            rows,
+            parallel::threads_for(rows.n()),
+            |part| model.clipped_llr_sum(part, self.theta, self.theta_proposed, bound.row),
+            |a, b| ClippedSum {
+                sum: a.sum + b.sum,
+                clipped: a.clipped + b.clipped,
+            },
+        );
         Computed {
             value: vec![sum.sum],
             inherent_variance: 0.0,

@@ -20,6 +20,7 @@ use crate::release::Bound;
 pub mod gradient;
 pub mod log_lik_ratio;
 pub mod minibatch;
+pub mod parallel;
 pub mod sufficient;
 pub mod summary;
 

@@ -1,0 +1,75 @@
+//! A big party's full-data sums on every core: the rows are cut into contiguous windows
+//! (`Columns::rows`, no copy), each summed on its own thread, and the partial sums added.
+//! A clipped sum over rows is a sum, so the split changes nothing but the order of the
+//! floating-point additions; the bound, the noise and the charge are the release's as
+//! before. Below [`MIN_ROWS`] one thread does it all: a thread's start-up and hand-off
+//! cost more than they save there (measured in `benches/row_threads.rs`).
+use std::num::NonZeroUsize;
+
+use fedmcmc_common::data::Columns;
+
+/// Rows from which the sums are split among the machine's cores.
+pub const MIN_ROWS: usize = 200_000;
+
+/// Threads to sum `rows` rows with: 1 below [`MIN_ROWS`], else the cores available, each
+/// window holding at least half of [`MIN_ROWS`].
+pub fn threads_for(rows: usize) -> usize {
+    if rows < MIN_ROWS {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    cores.min(rows / (MIN_ROWS / 2)).max(1)
+}
+
+/// `sum` over `threads` near-equal windows of `rows`, combined with `add` in window order;
+/// with one thread, `sum(rows)` on this one.
+pub fn split_sum<T: Send>(
+    rows: &Columns,
+    threads: usize,
+    sum: impl Fn(&Columns) -> T + Sync,
+    add: impl Fn(T, T) -> T,
+) -> T {
+    if threads <= 1 {
+        return sum(rows);
+    }
+    let n = rows.n();
+    let windows: Vec<Columns> = (0..threads)
+        .map(|t| rows.rows(t * n / threads..(t + 1) * n / threads))
+        .collect();
+    let sum = &sum;
+    std::thread::scope(|scope| {
+        let mut running: Vec<_> = windows[1..]
+            .iter()
+            .map(|w| scope.spawn(move || sum(w)))
+            .collect();
+        let first = sum(&windows[0]);
+        running
+            .drain(..)
+            .map(|h| h.join().expect("a summing thread panicked"))
+            .fold(first, add)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_sum_is_the_sum() {
+        let n = 1001;
+        let data = Columns::from_columns(vec![(0..n).map(f64::from).collect()]).unwrap();
+        let total = |c: &Columns| c.col(0).iter().sum::<f64>();
+        for threads in 1..=5 {
+            let split = split_sum(&data, threads, total, |a, b| a + b);
+            assert_eq!(split, f64::from(n * (n - 1) / 2), "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn small_parties_stay_on_one_thread() {
+        assert_eq!(threads_for(0), 1);
+        assert_eq!(threads_for(MIN_ROWS - 1), 1);
+        assert!(threads_for(MIN_ROWS) >= 1);
+        assert!(threads_for(10_000_000) <= std::thread::available_parallelism().unwrap().get());
+    }
+}
