@@ -19,6 +19,7 @@ use std::sync::Arc;
 use fedmcmc_common::models::Model;
 
 pub mod aggregation;
+pub mod auth;
 pub mod budget;
 pub mod cli;
 pub mod config;
