@@ -41,6 +41,7 @@
 //! s ∈ [0.8, 20], 1 … 5 000 releases, δ ∈ [1e-8, 1e-3] (largest seen: 9e-7 relative), and
 //! agreement with dp-accounting 0.6.0 to 6e-7 relative.
 mod fft;
+mod grid;
 mod mechanism;
 
 use serde::{Deserialize, Serialize};
@@ -86,7 +87,10 @@ pub enum PldError {
 /// Discretisation and truncation settings; the defaults are dp_accounting's.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PldConfig {
-    /// Grid step Δ of the privacy loss (default 1e-4). Error and cost scale with it.
+    /// Largest grid step Δ of the privacy loss (default 1e-4). A mechanism whose loss has a
+    /// standard deviation under 16Δ is discretised on Δ/2^j, the coarsest such step with 16
+    /// steps per standard deviation (see `grid`): the relative error of ε does not shrink
+    /// with the number of releases, so the step must follow the loss's scale.
     pub value_discretization_interval: f64,
     /// ln of the noise mass each tail may lose when a mechanism is discretised (default −50);
     /// what lies beyond goes to the +∞ atom.
@@ -220,6 +224,8 @@ impl Mechanism {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pld {
     config: PldConfig,
+    /// Grid step Δ: the configured one halved 0 … `grid::MAX_HALVINGS` times.
+    interval: f64,
     /// The loss of `probs[i]` is (offset + i)·Δ.
     offset: i64,
     probs: Vec<f64>,
@@ -247,6 +253,7 @@ impl Pld {
         }
         Ok(Self {
             config,
+            interval: config.value_discretization_interval,
             offset,
             probs,
             infinity_mass,
@@ -260,6 +267,11 @@ impl Pld {
 
     pub fn config(&self) -> PldConfig {
         self.config
+    }
+
+    /// The grid step Δ of this PLD (at most the configured one).
+    pub fn interval(&self) -> f64 {
+        self.interval
     }
 
     /// The grid index of the first entry of [`Pld::probs`].
@@ -276,13 +288,29 @@ impl Pld {
     }
 
     fn loss(&self, i: usize) -> f64 {
-        (self.offset + i as i64) as f64 * self.config.value_discretization_interval
+        (self.offset + i as i64) as f64 * self.interval
     }
 
     /// Connect-the-Dots discretisation of a dominating pair from its profile, on the losses
-    /// its noise keeps under the log mass truncation bound.
+    /// its noise keeps under the log mass truncation bound, on the configured grid step
+    /// halved until one standard deviation of the loss spans 16 steps. The spread is read
+    /// from the discretised PMF itself, which overstates a spread far below the step (each
+    /// loss is split between two grid points), hence the loop.
     fn from_profile(curve: &impl Profile, config: PldConfig) -> Result<Self, PldError> {
-        let d = config.value_discretization_interval;
+        let mut halvings = 0;
+        loop {
+            let interval = config.value_discretization_interval / f64::from(1u32 << halvings);
+            let pld = Self::on_grid(curve, config, interval)?;
+            let more = grid::halvings_needed(&pld.probs).min(grid::MAX_HALVINGS - halvings);
+            if more == 0 {
+                return Ok(pld);
+            }
+            halvings += more;
+        }
+    }
+
+    /// Connect-the-Dots discretisation on the grid of step `d`.
+    fn on_grid(curve: &impl Profile, config: PldConfig, d: f64) -> Result<Self, PldError> {
         let (loss_lo, loss_hi) = curve.loss_range(config.log_mass_truncation_bound);
         let i_lo = (loss_lo / d).floor();
         let i_hi = (loss_hi / d).ceil();
@@ -297,23 +325,32 @@ impl Pld {
         let (probs, infinity_mass) = connect_the_dots(d, deltas);
         Ok(Self {
             config,
+            interval: d,
             offset,
             probs,
             infinity_mass,
         })
     }
 
-    /// The PLD of this and `other` composed (independent releases): FFT convolution, then
-    /// each tail cut by at most `tail_mass_truncation`/2, pessimistically.
+    /// The PLD of this and `other` composed (independent releases): FFT convolution on the
+    /// finer of the two grids (the coarser PMF moved onto it exactly: the steps differ by a
+    /// power of 2), then each tail cut by at most `tail_mass_truncation`/2, pessimistically.
     pub fn compose(&self, other: &Pld) -> Result<Pld, PldError> {
         if self.config != other.config {
             return Err(PldError::IncompatibleConfigs);
         }
-        check_size((self.probs.len() + other.probs.len()) as u64)?;
-        let probs = fft::convolve(&self.probs, &other.probs);
+        let interval = self.interval.min(other.interval);
+        let factor = |p: &Pld| (p.interval / interval).round() as usize;
+        let (fa, fb) = (factor(self), factor(other));
+        check_size(((self.probs.len() - 1) * fa + (other.probs.len() - 1) * fb + 2) as u64)?;
+        let probs = fft::convolve(
+            &grid::refine(&self.probs, fa),
+            &grid::refine(&other.probs, fb),
+        );
         let infinity_mass =
             self.infinity_mass + other.infinity_mass - self.infinity_mass * other.infinity_mass;
-        Ok(self.truncated(self.offset + other.offset, probs, infinity_mass))
+        let offset = self.offset * fa as i64 + other.offset * fb as i64;
+        Ok(self.truncated(interval, offset, probs, infinity_mass))
     }
 
     /// The PLD of k independent copies: one FFT, its k-th power and one inverse, on a window
@@ -337,6 +374,7 @@ impl Pld {
         let infinity_mass = -(k as f64 * (-self.infinity_mass).ln_1p()).exp_m1() + 0.5 * tail;
         Ok(Pld {
             config: self.config,
+            interval: self.interval,
             offset: self.offset * k as i64 + lo as i64,
             probs,
             infinity_mass: infinity_mass.min(1.0),
@@ -345,7 +383,13 @@ impl Pld {
 
     /// Cuts each tail of a fresh convolution by at most half the tail mass truncation: the
     /// low tail onto the lowest kept loss, the high tail to +∞ (FFT noise set to 0 first).
-    fn truncated(&self, offset: i64, mut probs: Vec<f64>, infinity_mass: f64) -> Pld {
+    fn truncated(
+        &self,
+        interval: f64,
+        offset: i64,
+        mut probs: Vec<f64>,
+        infinity_mass: f64,
+    ) -> Pld {
         for p in &mut probs {
             *p = p.max(0.0);
         }
@@ -367,6 +411,7 @@ impl Pld {
         probs[0] += low;
         Pld {
             config: self.config,
+            interval,
             offset: offset + left as i64,
             probs,
             infinity_mass: (infinity_mass + high).min(1.0),
