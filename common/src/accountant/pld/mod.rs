@@ -48,9 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AccountantError, check_delta, check_epsilon, check_noise_multiplier};
 use crate::neighbours::Neighbours;
-use mechanism::{
-    Direction, Profile, SubsampledGaussian, SymmetrisedSubsample, connect_the_dots, log_add_exp,
-};
+use mechanism::{Direction, Profile, SubsampledGaussian, SymmetrisedSubsample, connect_the_dots};
 
 /// The most grid points a discretised PLD or an FFT may have (2^26 f64 = 512 MiB).
 const MAX_GRID_POINTS: u64 = 1 << 26;
@@ -434,26 +432,29 @@ impl Pld {
 
     /// The smallest ε ≥ 0 with δ(ε) ≤ `delta`, exactly for this PMF (+∞ if the +∞ atom alone
     /// exceeds `delta`). Between grid losses δ(ε) = U − e^ε·W with U = p(∞) + Σ_{l>ε} p(l) and
-    /// W = Σ_{l>ε} p(l)e^{−l}, so ε = ln(U − δ) − ln W on the piece where that lands (W kept
-    /// as a logarithm: e^{−l} underflows for l > 745).
+    /// W = Σ_{l>ε} p(l)e^{−l}, so ε = ln(U − δ) − ln W on the piece where that lands. Scanning
+    /// down from the top, W is kept as w·e^{−l}, l the lowest loss taken in so far and
+    /// w = Σ p(l′)e^{l−l′} ≤ 1, updated as w ← w·e^{−Δ} + p: no logarithm per entry, and no
+    /// underflow where e^{−l} alone would (l > 745).
     pub fn epsilon(&self, delta: f64) -> f64 {
         if self.infinity_mass > delta {
             return f64::INFINITY;
         }
-        let (mut upper, mut ln_lower) = (self.infinity_mass, f64::NEG_INFINITY);
+        let step_down = (-self.interval).exp();
+        let (mut upper, mut scaled, mut lowest) = (self.infinity_mass, 0.0, self.probs.len());
         for i in (0..self.probs.len()).rev() {
-            let l = self.loss(i);
-            if upper > delta && (upper - delta).ln() - ln_lower >= l {
+            // ε lands at or above loss(i) when U − δ ≥ W·e^{loss(i)} = w·e^{−Δ}.
+            if upper > delta && upper - delta >= scaled * step_down {
                 break;
             }
-            let p = self.probs[i];
-            upper += p;
-            ln_lower = log_add_exp(ln_lower, p.ln() - l);
+            upper += self.probs[i];
+            scaled = scaled * step_down + self.probs[i];
+            lowest = i;
         }
         if upper <= delta {
             0.0
         } else {
-            ((upper - delta).ln() - ln_lower).max(0.0)
+            ((upper - delta).ln() - scaled.ln() + self.loss(lowest)).max(0.0)
         }
     }
 }
@@ -486,7 +487,7 @@ impl PldPair {
         let (s, q) = mechanism.parameters()?;
         let batch = matches!(mechanism, Mechanism::BatchGaussian { .. });
         let curve =
-            |s, direction| Pld::from_profile(&SubsampledGaussian { s, q, direction }, config);
+            |s, direction| Pld::from_profile(&SubsampledGaussian::new(s, q, direction), config);
         Ok(match neighbours {
             Neighbours::AddRemove => {
                 let s = if batch { 0.5 * s } else { s };
