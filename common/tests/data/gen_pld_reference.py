@@ -74,6 +74,12 @@ CASES = [
     ("substitute", 0.6, 0.02, 100, 1e-7),
     ("substitute", 2.0, 0.3, 1, 1e-5),
     ("substitute", 1.0, 0.1, 5, 1e-4),
+    # Narrow losses (issue 25): 2.2 % loose on the 1e-4 grid at every count.
+    ("add-remove", 5.0, 0.001, 100, 1e-5),
+    ("add-remove", 5.0, 0.001, 1000, 1e-5),
+    ("add-remove", 5.0, 0.001, 10000, 1e-5),
+    ("add-remove", 10.0, 0.001, 1000, 1e-5),
+    ("substitute", 5.0, 0.001, 1000, 1e-5),
     ("add-remove", 1.0, 0.01, 10000, 1e-5),
 ]
 
