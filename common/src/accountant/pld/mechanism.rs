@@ -119,6 +119,17 @@ fn ln_phi(z: f64) -> f64 {
     }
 }
 
+/// Φ(z) for the standard normal CDF, to a few ulp relative (no cancellation below the
+/// median; normal floats down to z ≈ −37).
+fn phi(z: f64) -> f64 {
+    let t = z * std::f64::consts::FRAC_1_SQRT_2;
+    if z < 0.0 {
+        0.5 * c_erfc(-t)
+    } else {
+        1.0 - 0.5 * c_erfc(t)
+    }
+}
+
 /// asinh(e^t) for any real t without overflow.
 fn asinh_exp(t: f64) -> f64 {
     if t <= 0.0 {
@@ -201,11 +212,14 @@ impl SubsampledGaussian {
         }
     }
 
-    /// The hockey-stick divergence δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*), clamped to [0, 1].
-    /// Each CDF is ln((1−q)Φ(x/s) + qΦ((x − m)/s)) for its sampled component's mean m;
-    /// Φ(x/s) is shared, and a component at m = 0 is Φ(x/s) itself (two normal CDFs per ε
-    /// for add and remove instead of four: most of the cost of a discretisation).
+    /// The hockey-stick divergence δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*), clamped to [0, 1]:
+    /// directly where [`Self::scaled_gaussian_delta`] applies, else from the logarithms of the
+    /// two CDFs, ln((1−q)Φ(x/s) + qΦ((x − m)/s)) for each sampled component's mean m (a
+    /// component at m = 0 is Φ(x/s) itself).
     fn hockey_stick(&self, epsilon: f64) -> f64 {
+        if let Some(delta) = self.scaled_gaussian_delta(epsilon) {
+            return delta.clamp(0.0, 1.0);
+        }
         let (a, b) = self.offsets();
         let x = self.inverse_loss(epsilon);
         let centre = ln_phi(x / self.s);
@@ -222,6 +236,36 @@ impl SubsampledGaussian {
             return 0.0;
         }
         (-ln_p.exp() * (ln_q - ln_p).exp_m1()).clamp(0.0, 1.0)
+    }
+
+    /// Remove and add as multiples of the unsampled Gaussian's δ_G(λ) = Φ(1/(2s) − sλ) −
+    /// e^λ·Φ(−1/(2s) − sλ), λ the Gaussian loss at x*: with ln(1−q + q·e^l) = ±ε,
+    /// e^ε − (1−q) = q·e^l (remove) and 1 − (1−q)·e^ε = q·e^{ε+l} (add), so
+    /// δ_remove = q·δ_G(l) and δ_add = q·e^{ε+l}·δ_G(−l); unsampled, every direction is δ_G(ε).
+    /// Two normal CDFs and no logarithm per ε (the discretisation's main cost), and no
+    /// cancellation against 1 − q. None for sampled substitution, or where a CDF would leave
+    /// the normal floats (the log path handles those).
+    fn scaled_gaussian_delta(&self, epsilon: f64) -> Option<f64> {
+        let (lambda, scale) = match self.direction {
+            _ if self.q == 1.0 => (epsilon, 1.0),
+            Direction::Substitute => return None,
+            Direction::Remove => match self.unmix(epsilon) {
+                Some(l) => (l, self.q),
+                // x* = +∞: both CDFs are 1.
+                None => return Some(-epsilon.exp_m1()),
+            },
+            Direction::Add => match self.unmix(-epsilon) {
+                Some(l) => (-l, self.q * (epsilon + l).exp()),
+                // x* = −∞: both CDFs are 0.
+                None => return Some(0.0),
+            },
+        };
+        let upper = 0.5 / self.s - self.s * lambda;
+        let lower = upper - 1.0 / self.s;
+        if lower < -37.0 || lambda.abs() > 700.0 || !scale.is_finite() {
+            return None;
+        }
+        Some(scale * (phi(upper) - lambda.exp() * phi(lower)))
     }
 
     /// The outcome range [lo, hi] whose complement has at most e^{bound} mass under each
