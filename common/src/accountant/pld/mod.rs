@@ -1,6 +1,6 @@
 //! A numerical privacy-loss-distribution (PLD) accountant with pessimistic discretisation, in
-//! the manner of Google's `dp_accounting.pld` (Koskela et al. 2020 "Computing tight DP
-//! guarantees using FFT"; Doroshenko et al. 2022 "Connect the Dots").
+//! the manner of Google's `dp_accounting.pld` (Koskela, Jälkö & Honkela 2020 "Computing tight
+//! differential privacy guarantees using FFT"; Doroshenko et al. 2022 "Connect the Dots").
 //!
 //! A [`Pld`] is the distribution of the privacy loss L = ln P(o)/Q(o), o ~ P, of one direction
 //! of a dominating pair (P, Q): a PMF on the grid {(offset + i)·Δ} plus an atom at +∞ whose
@@ -8,6 +8,14 @@
 //! Composition is convolution (FFT). A [`PldPair`] holds the remove and add directions of a
 //! mechanism whose PLD is not symmetric (Poisson subsampling under add/remove) and reports
 //! the worse of the two, as dp_accounting does.
+//!
+//! # Grid
+//! Discretisation moves each loss by less than one step Δ, biasing ε by about 0.09·(Δ/σ)²
+//! relative for a release whose loss has standard deviation σ, at any number of releases
+//! (`grid`). A fixed Δ = 1e-4 was 2.2 % loose for the Poisson-subsampled Gaussian at
+//! q = 0.001, s = 5 (σ = 2e-4), so each mechanism gets the configured step halved until
+//! σ spans 16 steps (0.04 %); wide losses keep 1e-4. PLDs of different steps compose on the
+//! finer grid, the coarser PMF moved onto it exactly.
 //!
 //! # Pessimism (ε is never under-reported)
 //! Every approximation only moves probability towards larger losses or into the +∞ atom,
@@ -22,7 +30,8 @@
 //! - FFT round-off leaves tiny negative masses, which are set to 0 (adds mass).
 //!
 //! # Error bound
-//! Let ε(δ) be the exact value for k releases, Δ the discretisation interval, b the log mass
+//! Let ε(δ) be the exact value for k releases, Δ the configured discretisation interval (each
+//! release's own step is at most Δ, which is all the proof needs), b the log mass
 //! truncation bound and τ the tail mass truncation, η = k·e^b + τ·(number of compositions).
 //! Then, up to floating point (δ to ~1e-12 relative), for any η′ > 0 ([`PldConfig::error_bound`]):
 //!
@@ -38,8 +47,12 @@
 //! is η′ at the t above. The kΔ branch is |S| ≤ kΔ. For k = 10 000 and the defaults this is
 //! t = 0.083 instead of kΔ = 1. Observed errors are far smaller still: tests/pld.rs sees
 //! ε(δ) ≤ ε_PLD(δ) ≤ ε(δ)·(1 + 2e-6) + 1e-7 against the analytic Gaussian composition for
-//! s ∈ [0.8, 20], 1 … 5 000 releases, δ ∈ [1e-8, 1e-3] (largest seen: 9e-7 relative), and
-//! agreement with dp-accounting 0.6.0 to 6e-7 relative.
+//! s ∈ [0.8, 20], 1 … 5 000 releases, δ ∈ [1e-8, 1e-3] (largest seen: 1.2e-6 relative, at
+//! s = 20, 5 000 releases, δ = 1e-8, where rounding in δ amplified by the composition moves
+//! it by a few 1e-7); agreement with dp-accounting 0.6.0 to 1.5e-6 relative on its own grid;
+//! and for narrow losses (refined grids) at most 0.04 % above dp-accounting on a grid 10
+//! times finer and above our own grid of 1e-6, 0.08 % above the exact Gaussian composition
+//! at s = 5 000 and 10 000.
 mod fft;
 mod grid;
 mod mechanism;
