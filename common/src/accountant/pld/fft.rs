@@ -12,6 +12,11 @@ type Plans = (Arc<dyn RealToComplex<f64>>, Arc<dyn ComplexToReal<f64>>);
 /// Transform lengths whose plans a thread keeps.
 const KEPT_PLANS: usize = 4;
 
+/// The longest transform whose plans are kept: the twiddle factors of both directions take
+/// about 24 bytes a point, so at most about 100 MiB stay allocated; longer transforms are
+/// planned at each use.
+const MAX_KEPT_LEN: usize = 1 << 20;
+
 thread_local! {
     /// The plans of the last [`KEPT_PLANS`] lengths, most recent last. Planning computes the
     /// twiddle factors, a sine and cosine per point, which costs more than the transform
@@ -31,6 +36,9 @@ fn plans(n: usize) -> Plans {
         }
         let mut planner = RealFftPlanner::new();
         let plans = (planner.plan_fft_forward(n), planner.plan_fft_inverse(n));
+        if n > MAX_KEPT_LEN {
+            return plans;
+        }
         if kept.len() == KEPT_PLANS {
             kept.remove(0);
         }

@@ -16,7 +16,7 @@ const STEPS_PER_SPREAD: f64 = 16.0;
 /// The finest grid is the configured step / 2^MAX_HALVINGS (1e-4 → 1e-10).
 pub(super) const MAX_HALVINGS: u32 = 20;
 
-/// How many times the step `interval` of the PMF `probs` must be halved to put at least
+/// How many times the grid step of the PMF `probs` must be halved to put at least
 /// [`STEPS_PER_SPREAD`] steps in one standard deviation of its finite part (0 when it has).
 pub(super) fn halvings_needed(probs: &[f64]) -> u32 {
     let steps = spread(probs);
