@@ -20,8 +20,8 @@ pub(super) const MAX_HALVINGS: u32 = 20;
 /// [`STEPS_PER_SPREAD`] steps in one standard deviation of its finite part (0 when it has).
 pub(super) fn halvings_needed(probs: &[f64]) -> u32 {
     let steps = spread(probs);
-    if !(steps > 0.0) {
-        // A point mass: no spread to resolve.
+    if steps.is_nan() || steps == 0.0 {
+        // A point mass (or no finite mass): no spread to resolve.
         return 0;
     }
     let ratio = STEPS_PER_SPREAD / steps;
