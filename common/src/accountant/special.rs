@@ -51,6 +51,24 @@ pub(crate) fn erfcx(x: f64) -> f64 {
     }
 }
 
+unsafe extern "C" {
+    /// The C library's erfc (C99 `<math.h>`, in the libm every Rust program on a Unix links):
+    /// the same algorithm as `libm::erfc` (Sun's), on the platform's vectorised exp, three
+    /// times faster; a PLD discretisation spends a third of its time here.
+    #[link_name = "erfc"]
+    pub(crate) safe fn c_erfc(x: f64) -> f64;
+}
+
+/// ln erfc(x) for x ≥ 0: below the switch erfc(x) is a normal number and its logarithm is
+/// taken directly (two exponentials fewer than through erfcx); above it, ln erfcx(x) − x².
+pub(crate) fn ln_erfc(x: f64) -> f64 {
+    if x < CF_FROM {
+        c_erfc(x).ln()
+    } else {
+        erfcx(x).ln() - x * x
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +94,13 @@ mod tests {
         }
         assert_eq!(erfcx(f64::INFINITY), 0.0);
         assert!(erfcx(-1.0).is_nan());
+    }
+
+    #[test]
+    fn ln_erfc_is_continuous_at_the_switch_and_matches_mpmath() {
+        // ln erfc(10) = -102.87988902484489 (mpmath, 40 digits).
+        assert!((ln_erfc(10.0) + 102.879_889_024_844_89).abs() < 1e-13);
+        let (below, above) = (ln_erfc(CF_FROM - 1e-12), ln_erfc(CF_FROM));
+        assert!((below - above).abs() < 1e-9, "{below} {above}");
     }
 }

@@ -5,7 +5,8 @@ dp-accounting has no PLD for fixed-size batches, so this script builds the domin
 that fedmcmc_common::accountant::pld states for them out of dp-accounting's parts (its
 Gaussian privacy losses, Connect-the-Dots discretisation and FFT composition) and records
 epsilon at delta. Noise multiplier s = noise std / the L2 sensitivity under the relation,
-gamma = batch / population; pld defaults (interval 1e-4, log mass bound -50, tail 1e-15).
+gamma = batch / population; pld defaults (log mass bound -50, tail 1e-15), on the grid of
+gen_pld_reference.reference_interval (1e-4 unless one release's loss is narrow).
 
   add-remove:  from_gaussian_mechanism(s, sensitivity=2, ADD_OR_REMOVE_ONE,
                sampling_prob=gamma): the added row displaces a batch member, so the sum
@@ -27,8 +28,8 @@ import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld import privacy_loss_mechanism as plm
+from gen_pld_reference import directions, reference_interval
 
-INTERVAL = 1e-4
 LOG_MASS = -50.0
 TAIL = 1e-15
 
@@ -55,13 +56,13 @@ def gaussian_loss(s, gamma, adjacency, sensitivity):
         sampling_prob=gamma, adjacency_type=adjacency)
 
 
-def symmetrised_pmf(s, gamma):
+def symmetrised_pmf(s, gamma, interval):
     remove = gaussian_loss(s, gamma, plm.AdjacencyType.REMOVE, 1.0)
     add = gaussian_loss(s, gamma, plm.AdjacencyType.ADD, 1.0)
     top = max(remove.connect_dots_bounds().epsilon_upper,
               add.connect_dots_bounds().epsilon_upper, 0.0)
-    upper = math.ceil(top / INTERVAL)
-    eps = np.arange(-upper, upper + 1) * INTERVAL
+    upper = math.ceil(top / interval)
+    eps = np.arange(-upper, upper + 1) * interval
 
     def half(e):
         return np.maximum(np.asarray(remove.get_delta_for_epsilon(e)),
@@ -70,18 +71,20 @@ def symmetrised_pmf(s, gamma):
     deltas = np.where(eps >= 0, half(np.abs(eps)),
                       -np.expm1(eps) + np.exp(eps) * half(np.abs(eps)))
     return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(
-        INTERVAL, -upper, upper, np.clip(deltas, 0.0, 1.0))
+        interval, -upper, upper, np.clip(deltas, 0.0, 1.0))
 
 
 def epsilon(neighbours, s, batch, population, count, delta):
     gamma = batch / population
     if neighbours == "add-remove":
-        pair = pld.from_gaussian_mechanism(
-            s, sensitivity=2.0, sampling_prob=gamma,
-            neighboring_relation=pld.NeighborRel.ADD_OR_REMOVE_ONE)
-        return pair.self_compose(count).get_epsilon_for_delta(delta)
-    pmf = symmetrised_pmf(s, gamma).self_compose(count, TAIL)
-    return pmf.get_epsilon_for_delta(delta)
+        def pair(interval):
+            return pld.from_gaussian_mechanism(
+                s, sensitivity=2.0, sampling_prob=gamma, value_discretization_interval=interval,
+                neighboring_relation=pld.NeighborRel.ADD_OR_REMOVE_ONE)
+        interval, _ = reference_interval(lambda d: directions(pair(d)))
+        return pair(interval).self_compose(count).get_epsilon_for_delta(delta)
+    _, (pmf,) = reference_interval(lambda d: [symmetrised_pmf(s, gamma, d)])
+    return pmf.self_compose(count, TAIL).get_epsilon_for_delta(delta)
 
 
 def main():

@@ -16,7 +16,7 @@
 //! is the symmetrised one of [`SymmetrisedSubsample`], known only through its privacy
 //! profile. Both kinds are discretised from their profile alone ([`Profile`]).
 use super::super::solve::boundary;
-use super::super::special::erfcx;
+use super::super::special::{c_erfc, ln_erfc};
 
 /// Which of the neighbouring data sets holds the differing row (see the module notes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,9 +29,12 @@ pub(super) enum Direction {
 /// One direction of the dominating pair of a Poisson-subsampled Gaussian (q = 1: no sampling).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SubsampledGaussian {
-    pub s: f64,
-    pub q: f64,
-    pub direction: Direction,
+    s: f64,
+    q: f64,
+    direction: Direction,
+    /// ln q and ln(1 − q), needed at every ε of a discretisation.
+    ln_q: f64,
+    ln_keep: f64,
 }
 
 /// What Connect-the-Dots needs of a dominating pair: its hockey-stick divergence at every ε
@@ -63,11 +66,7 @@ pub(super) struct SymmetrisedSubsample {
 
 impl SymmetrisedSubsample {
     pub fn new(s: f64, gamma: f64) -> Self {
-        let direction = |direction| SubsampledGaussian {
-            s,
-            q: gamma,
-            direction,
-        };
+        let direction = |direction| SubsampledGaussian::new(s, gamma, direction);
         Self {
             remove: direction(Direction::Remove),
             add: direction(Direction::Add),
@@ -102,7 +101,7 @@ impl Profile for SymmetrisedSubsample {
 }
 
 /// ln(e^x + e^y), exact at −∞ arguments.
-pub(super) fn log_add_exp(x: f64, y: f64) -> f64 {
+fn log_add_exp(x: f64, y: f64) -> f64 {
     let (hi, lo) = if x > y { (x, y) } else { (y, x) };
     if lo == f64::NEG_INFINITY {
         hi
@@ -111,30 +110,24 @@ pub(super) fn log_add_exp(x: f64, y: f64) -> f64 {
     }
 }
 
-/// ln Φ(z) for the standard normal CDF, accurate in the far lower tail (via erfcx).
+/// ln Φ(z) for the standard normal CDF, accurate in the far lower tail (via ln erfc).
 fn ln_phi(z: f64) -> f64 {
     if z < -1.0 {
-        let t = -z * std::f64::consts::FRAC_1_SQRT_2;
-        (0.5 * erfcx(t)).ln() - t * t
+        ln_erfc(-z * std::f64::consts::FRAC_1_SQRT_2) - std::f64::consts::LN_2
     } else {
-        (-0.5 * libm::erfc(z * std::f64::consts::FRAC_1_SQRT_2)).ln_1p()
+        (-0.5 * c_erfc(z * std::f64::consts::FRAC_1_SQRT_2)).ln_1p()
     }
 }
 
-/// The l with ln(1−q + q·e^l) = loss, or None (l = −∞) when loss ≤ ln(1−q).
-fn unmix(loss: f64, q: f64) -> Option<f64> {
-    if q == 1.0 {
-        return Some(loss);
-    }
-    if loss <= (-q).ln_1p() {
-        return None;
-    }
-    Some(if loss > 0.0 {
-        // e^loss − (1−q) = e^loss·(1 − (1−q)e^{−loss}), no overflow for large losses.
-        loss - q.ln() + (-(1.0 - q) * (-loss).exp()).ln_1p()
+/// Φ(z) for the standard normal CDF, to a few ulp relative (no cancellation below the
+/// median; normal floats down to z ≈ −37).
+fn phi(z: f64) -> f64 {
+    let t = z * std::f64::consts::FRAC_1_SQRT_2;
+    if z < 0.0 {
+        0.5 * c_erfc(-t)
     } else {
-        (loss.exp_m1() / q).ln_1p()
-    })
+        1.0 - 0.5 * c_erfc(t)
+    }
 }
 
 /// asinh(e^t) for any real t without overflow.
@@ -147,6 +140,33 @@ fn asinh_exp(t: f64) -> f64 {
 }
 
 impl SubsampledGaussian {
+    pub fn new(s: f64, q: f64, direction: Direction) -> Self {
+        Self {
+            s,
+            q,
+            direction,
+            ln_q: q.ln(),
+            ln_keep: (-q).ln_1p(),
+        }
+    }
+
+    /// The l with ln(1−q + q·e^l) = loss, or None (l = −∞) when loss ≤ ln(1−q).
+    fn unmix(&self, loss: f64) -> Option<f64> {
+        let q = self.q;
+        if q == 1.0 {
+            return Some(loss);
+        }
+        if loss <= self.ln_keep {
+            return None;
+        }
+        Some(if loss > 0.0 {
+            // e^loss − (1−q) = e^loss·(1 − (1−q)e^{−loss}), no overflow for large losses.
+            loss - self.ln_q + (-(1.0 - q) * (-loss).exp()).ln_1p()
+        } else {
+            (loss.exp_m1() / q).ln_1p()
+        })
+    }
+
     /// The means −a (of P's sampled component) and b (of Q's).
     fn offsets(&self) -> (f64, f64) {
         match self.direction {
@@ -156,30 +176,22 @@ impl SubsampledGaussian {
         }
     }
 
-    /// ln((1−q)Φ(x/s) + qΦ((x − m)/s)): ln CDF of a mixture with component means 0 and m.
-    fn ln_mixture_cdf(&self, x: f64, m: f64) -> f64 {
-        log_add_exp(
-            (-self.q).ln_1p() + ln_phi(x / self.s),
-            self.q.ln() + ln_phi((x - m) / self.s),
-        )
-    }
-
     /// The privacy loss L(x).
     pub fn loss(&self, x: f64) -> f64 {
         let (a, b) = self.offsets();
         let s2 = self.s * self.s;
-        let ln_keep = (-self.q).ln_1p();
-        let ln_q = self.q.ln();
-        log_add_exp(ln_keep, ln_q + (-a * x - 0.5 * a * a) / s2)
-            - log_add_exp(ln_keep, ln_q + (b * x - 0.5 * b * b) / s2)
+        log_add_exp(self.ln_keep, self.ln_q + (-a * x - 0.5 * a * a) / s2)
+            - log_add_exp(self.ln_keep, self.ln_q + (b * x - 0.5 * b * b) / s2)
     }
 
     /// The largest x with L(x) ≥ ε (±∞ where L never reaches / always exceeds ε).
     fn inverse_loss(&self, epsilon: f64) -> f64 {
         let s2 = self.s * self.s;
         match self.direction {
-            Direction::Remove => unmix(epsilon, self.q).map_or(f64::INFINITY, |l| -0.5 - s2 * l),
-            Direction::Add => unmix(-epsilon, self.q).map_or(f64::NEG_INFINITY, |l| 0.5 + s2 * l),
+            Direction::Remove => self.unmix(epsilon).map_or(f64::INFINITY, |l| -0.5 - s2 * l),
+            Direction::Add => self
+                .unmix(-epsilon)
+                .map_or(f64::NEG_INFINITY, |l| 0.5 + s2 * l),
             Direction::Substitute => {
                 // With u = e^{−x/(2s²)}: e^ε = (1−q + q·c·u)/(1−q + q·c/u), c = e^{−1/(8s²)},
                 // a quadratic in u whose root is ln u = ε/2 + asinh(α·sinh(ε/2)),
@@ -191,7 +203,7 @@ impl SubsampledGaussian {
                 let asinh = if self.q == 1.0 {
                     0.0
                 } else {
-                    let ln_alpha = 1.0 / (8.0 * s2) + (-self.q).ln_1p() - self.q.ln();
+                    let ln_alpha = 1.0 / (8.0 * s2) + self.ln_keep - self.ln_q;
                     let ln_sinh = half + (-(-2.0 * half).exp()).ln_1p() - std::f64::consts::LN_2;
                     asinh_exp(ln_alpha + ln_sinh)
                 };
@@ -200,16 +212,60 @@ impl SubsampledGaussian {
         }
     }
 
-    /// The hockey-stick divergence δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*), clamped to [0, 1].
+    /// The hockey-stick divergence δ(ε) = P(X ≤ x*) − e^ε·Q(X ≤ x*), clamped to [0, 1]:
+    /// directly where [`Self::scaled_gaussian_delta`] applies, else from the logarithms of the
+    /// two CDFs, ln((1−q)Φ(x/s) + qΦ((x − m)/s)) for each sampled component's mean m (a
+    /// component at m = 0 is Φ(x/s) itself).
     fn hockey_stick(&self, epsilon: f64) -> f64 {
+        if let Some(delta) = self.scaled_gaussian_delta(epsilon) {
+            return delta.clamp(0.0, 1.0);
+        }
         let (a, b) = self.offsets();
         let x = self.inverse_loss(epsilon);
-        let ln_p = self.ln_mixture_cdf(x, -a);
-        let ln_q = epsilon + self.ln_mixture_cdf(x, b);
+        let centre = ln_phi(x / self.s);
+        let mixture = |m: f64| {
+            if m == 0.0 {
+                centre
+            } else {
+                log_add_exp(self.ln_keep + centre, self.ln_q + ln_phi((x - m) / self.s))
+            }
+        };
+        let ln_p = mixture(-a);
+        let ln_q = epsilon + mixture(b);
         if ln_p == f64::NEG_INFINITY {
             return 0.0;
         }
         (-ln_p.exp() * (ln_q - ln_p).exp_m1()).clamp(0.0, 1.0)
+    }
+
+    /// Remove and add as multiples of the unsampled Gaussian's δ_G(λ) = Φ(1/(2s) − sλ) −
+    /// e^λ·Φ(−1/(2s) − sλ), λ the Gaussian loss at x*: with ln(1−q + q·e^l) = ±ε,
+    /// e^ε − (1−q) = q·e^l (remove) and 1 − (1−q)·e^ε = q·e^{ε+l} (add), so
+    /// δ_remove = q·δ_G(l) and δ_add = q·e^{ε+l}·δ_G(−l); unsampled, every direction is δ_G(ε).
+    /// Two normal CDFs and no logarithm per ε (the discretisation's main cost), and no
+    /// cancellation against 1 − q. None for sampled substitution, or where a CDF would leave
+    /// the normal floats (the log path handles those).
+    fn scaled_gaussian_delta(&self, epsilon: f64) -> Option<f64> {
+        let (lambda, scale) = match self.direction {
+            _ if self.q == 1.0 => (epsilon, 1.0),
+            Direction::Substitute => return None,
+            Direction::Remove => match self.unmix(epsilon) {
+                Some(l) => (l, self.q),
+                // x* = +∞: both CDFs are 1.
+                None => return Some(-epsilon.exp_m1()),
+            },
+            Direction::Add => match self.unmix(-epsilon) {
+                Some(l) => (-l, self.q * (epsilon + l).exp()),
+                // x* = −∞: both CDFs are 0.
+                None => return Some(0.0),
+            },
+        };
+        let upper = 0.5 / self.s - self.s * lambda;
+        let lower = upper - 1.0 / self.s;
+        if lower < -37.0 || lambda.abs() > 700.0 || !scale.is_finite() {
+            return None;
+        }
+        Some(scale * (phi(upper) - lambda.exp() * phi(lower)))
     }
 
     /// The outcome range [lo, hi] whose complement has at most e^{bound} mass under each
@@ -275,7 +331,7 @@ mod tests {
     fn inverse_loss_inverts_loss() {
         for direction in DIRECTIONS {
             for (s, q) in [(1.0, 1.0), (0.7, 0.01), (2.0, 0.3), (1.0, 0.999)] {
-                let m = SubsampledGaussian { s, q, direction };
+                let m = SubsampledGaussian::new(s, q, direction);
                 for x in [-5.0, -1.3, -0.2, 0.0, 0.4, 2.0, 6.0] {
                     let l = m.loss(x);
                     let back = m.inverse_loss(l);
@@ -292,11 +348,7 @@ mod tests {
     fn unsampled_delta_is_the_analytic_gaussian_curve() {
         let g = super::super::super::GaussianComposition::from_mu(0.5 / (1.3 * 1.3)).unwrap();
         for direction in DIRECTIONS {
-            let m = SubsampledGaussian {
-                s: 1.3,
-                q: 1.0,
-                direction,
-            };
+            let m = SubsampledGaussian::new(1.3, 1.0, direction);
             for eps in [-1.0, 0.0, 0.3, 1.0, 4.0] {
                 let (got, want) = (m.delta(eps), g.delta(eps));
                 assert!(
@@ -322,11 +374,7 @@ mod tests {
             }
         }
         let whole = SymmetrisedSubsample::new(1.3, 1.0);
-        let gaussian = SubsampledGaussian {
-            s: 1.3,
-            q: 1.0,
-            direction: Direction::Substitute,
-        };
+        let gaussian = SubsampledGaussian::new(1.3, 1.0, Direction::Substitute);
         for eps in [-2.0, -0.1, 0.0, 0.7, 3.0] {
             let (got, want) = (whole.delta(eps), gaussian.delta(eps));
             assert!(
