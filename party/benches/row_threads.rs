@@ -1,14 +1,16 @@
 //! Rows per second of a party's full-data hot loops, the clipped log-likelihood-ratio sum
 //! and the clipped gradient sum, on one thread and split over two (`statistics/parallel.rs`),
-//! at 10⁵, 10⁶ and 10⁷ rows of the flat 2-d banana; the median of repeated timings, and the
-//! two-thread speed-up, from one run on one machine. It sets `parallel::MIN_ROWS`.
+//! at 10⁵, 10⁶ and 10⁷ rows of the flat 2-d banana (a few flops a row: memory-bound once
+//! the rows leave the cache) and of a logistic GLM with 5 coefficients (an exp and a log a
+//! row); the median of repeated timings, and the two-thread speed-up, from one run on one
+//! machine. It sets `parallel::MIN_ROWS`.
 //!
 //! `cargo bench -p fedmcmc-party --bench row_threads [-- ROWS…]`
 use std::hint::black_box;
 use std::time::Instant;
 
 use fedmcmc_common::data::Columns;
-use fedmcmc_common::models::{Model, ModelSpec};
+use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
 use fedmcmc_party::statistics::parallel::split_sum;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -40,32 +42,36 @@ fn main() {
     } else {
         sizes
     };
-    let spec = ModelSpec::flat_banana(2);
-    let model = spec.build().unwrap();
-    let theta = spec.true_theta();
-    let proposed = [theta[0] + 0.008, theta[1] - 0.008];
-    println!("rows/s (median), flat 2-d banana; speed-up = 2 threads / 1 thread");
+    println!("rows/s (median); speed-up = 2 threads / 1 thread");
     println!(
-        "{:>10} {:>9} {:>14} {:>14} {:>8}",
-        "rows", "loop", "1 thread", "2 threads", "speed-up"
+        "{:>10} {:>9} {:>9} {:>14} {:>14} {:>8}",
+        "rows", "model", "loop", "1 thread", "2 threads", "speed-up"
     );
     for &n in &sizes {
-        let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
-        for (name, run) in [
-            (
-                "ratio",
-                ratio as fn(&dyn Model, &Columns, &[f64], &[f64], usize),
-            ),
-            ("gradient", gradient),
+        for (label, spec) in [
+            ("banana", ModelSpec::flat_banana(2)),
+            ("logistic", ModelSpec::Glm(GlmSpec::example(Family::Logistic, 5))),
         ] {
-            let rate = |threads| {
-                n as f64 / median_seconds(|| run(model.as_ref(), &data, &theta, &proposed, threads))
-            };
-            let (one, two) = (rate(1), rate(2));
-            println!(
-                "{n:>10} {name:>9} {one:>14.3e} {two:>14.3e} {:>8.2}",
-                two / one
-            );
+            let model = spec.build().unwrap();
+            let theta = spec.true_theta();
+            let proposed: Vec<f64> = theta.iter().map(|t| t + 0.008).collect();
+            let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
+            for (name, run) in [
+                ("ratio", ratio as fn(&dyn Model, &Columns, &[f64], &[f64], usize)),
+                ("gradient", gradient),
+            ] {
+                let rate = |threads| {
+                    n as f64
+                        / median_seconds(|| {
+                            run(model.as_ref(), &data, &theta, &proposed, threads)
+                        })
+                };
+                let (one, two) = (rate(1), rate(2));
+                println!(
+                    "{n:>10} {label:>9} {name:>9} {one:>14.3e} {two:>14.3e} {:>8.2}",
+                    two / one
+                );
+            }
         }
     }
 }
@@ -84,7 +90,7 @@ fn gradient(model: &dyn Model, data: &Columns, theta: &[f64], _: &[f64], threads
         black_box(data),
         threads,
         |part| {
-            let mut out = vec![0.0; 2];
+            let mut out = vec![0.0; model.dim()];
             model.clipped_grad_sum(part, theta, 2.0, &mut out);
             out
         },

@@ -2,14 +2,21 @@
 //! (`Columns::rows`, no copy), each summed on its own thread, and the partial sums added.
 //! A clipped sum over rows is a sum, so the split changes nothing but the order of the
 //! floating-point additions; the bound, the noise and the charge are the release's as
-//! before. Below [`MIN_ROWS`] one thread does it all: a thread's start-up and hand-off
-//! cost more than they save there (measured in `benches/row_threads.rs`).
+//! before.
+//!
+//! Measured on 2 cores (`benches/row_threads.rs`, two threads against one, three runs):
+//! where a row costs an exp and a log (a logistic GLM with 5 coefficients) two threads are
+//! 1.4–2.0× from 2·10⁵ rows to 10⁷; where it costs a few flops (the 2-d banana) the loop is
+//! bound by memory, and two threads are 0.3–0.8× below 10⁶ rows (a thread's start costs
+//! about as much as the sum), 1.0–2.0× at 10⁶ and, at 10⁷, 0.8–0.9× for the ratio and
+//! 1.3–2.2× for the gradient. [`MIN_ROWS`] is where neither loses much and the dearer
+//! models gain.
 use std::num::NonZeroUsize;
 
 use fedmcmc_common::data::Columns;
 
 /// Rows from which the sums are split among the machine's cores.
-pub const MIN_ROWS: usize = 200_000;
+pub const MIN_ROWS: usize = 1_000_000;
 
 /// Threads to sum `rows` rows with: 1 below [`MIN_ROWS`], else the cores available, each
 /// window holding at least half of [`MIN_ROWS`].
