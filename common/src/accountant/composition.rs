@@ -555,11 +555,14 @@ impl Method {
                 if start.delta(epsilon)? > delta {
                     return Err(CompositionError::PrefixExceedsBudget);
                 }
-                let fits = |s: f64| {
+                // Whether δ(ε) with multiplier s is within δ, and ln of their ratio, which is
+                // continuous and decreasing in s, to guide the search.
+                let probe = |s: f64| {
                     let one = self.release_measure(mechanism, s, n)?;
-                    Ok::<_, CompositionError>(start.compose(&one, k)?.delta(epsilon)? <= delta)
+                    let at = start.compose(&one, k)?.delta(epsilon)?;
+                    Ok::<_, CompositionError>((at <= delta, at.ln() - delta.ln()))
                 };
-                first_fitting(1.0, NOISE_SPAN, NOISE_TOLERANCE, fits)?.ok_or(
+                first_fitting(1.0, NOISE_SPAN, NOISE_TOLERANCE, probe)?.ok_or(
                     CompositionError::NoiseOutOfRange(1.0 / NOISE_SPAN, NOISE_SPAN),
                 )?
             }

@@ -55,39 +55,77 @@ pub(crate) fn last_fitting<E>(
 }
 
 /// The threshold of a predicate on (0, ∞) that fails below it and holds above (such as "the
-/// releases fit with noise multiplier s"): brackets it by halving or doubling from `start`
-/// within [1/`span`, `span`]·`start`, then bisects geometrically until hi/lo ≤ 1 + `tolerance`.
-/// Returns the upper end, where the predicate holds; `None` if it fails even at the top.
+/// releases fit with noise multiplier s"). `probe(s)` answers whether it holds at s, and a
+/// continuous measure of by how much, decreasing in s (such as ln δ with multiplier s less
+/// ln of the target δ), which only guides the search. Brackets the threshold by halving or
+/// doubling from `start` within [1/`span`, `span`]·`start`, then narrows the bracket in ln s
+/// by the Illinois variant of regula falsi, bisecting whenever the interpolation is
+/// unusable, until hi/lo ≤ 1 + `tolerance`. A numerical accountant's measure is smooth only
+/// down to its discretisation, so the last steps are bisection's; a PLD calibration of a
+/// subsampled plan took 20–27 probes in all where bisection took about 33. Returns the upper end, where the predicate holds; `None` if it
+/// fails even at the top.
 pub(crate) fn first_fitting<E>(
     start: f64,
     span: f64,
     tolerance: f64,
-    mut fits: impl FnMut(f64) -> Result<bool, E>,
+    mut probe: impl FnMut(f64) -> Result<(bool, f64), E>,
 ) -> Result<Option<f64>, E> {
-    let (mut lo, mut hi);
-    if fits(start)? {
-        (lo, hi) = (start / 2.0, start);
-        while fits(lo)? {
-            if lo < start / span {
-                return Ok(Some(lo));
+    let (mut lo, mut hi, mut w_lo, mut w_hi);
+    let (fits, w) = probe(start)?;
+    if fits {
+        (hi, w_hi) = (start, w);
+        loop {
+            let down = hi / 2.0;
+            let (fits, w) = probe(down)?;
+            if !fits {
+                (lo, w_lo) = (down, w);
+                break;
             }
-            (lo, hi) = (lo / 2.0, lo);
+            if down < start / span {
+                return Ok(Some(down));
+            }
+            (hi, w_hi) = (down, w);
         }
     } else {
-        (lo, hi) = (start, 2.0 * start);
-        while !fits(hi)? {
-            if hi > start * span {
+        (lo, w_lo) = (start, w);
+        loop {
+            let up = 2.0 * lo;
+            let (fits, w) = probe(up)?;
+            if fits {
+                (hi, w_hi) = (up, w);
+                break;
+            }
+            if up > start * span {
                 return Ok(None);
             }
-            (lo, hi) = (hi, 2.0 * hi);
+            (lo, w_lo) = (up, w);
         }
     }
+    // Illinois: when the same end moves twice running, the other end's weight is halved, so
+    // that the interpolation closes in on it too.
+    let (mut moved_hi, mut moved_lo) = (0u32, 0u32);
     while hi / lo > 1.0 + tolerance {
-        let mid = (lo * hi).sqrt();
-        if fits(mid)? {
-            hi = mid;
+        let (a, b) = (lo.ln(), hi.ln());
+        let secant = b - w_hi * (b - a) / (w_hi - w_lo);
+        // Within the middle 98 % of the bracket, else a bisection step.
+        let inside = a + 0.01 * (b - a) < secant && secant < b - 0.01 * (b - a);
+        let mid = if inside { secant } else { (a + b) / 2.0 }.exp();
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        let (fits, w) = probe(mid)?;
+        if fits {
+            (hi, w_hi) = (mid, w);
+            (moved_hi, moved_lo) = (moved_hi + 1, 0);
+            if moved_hi >= 2 {
+                w_lo /= 2.0;
+            }
         } else {
-            lo = mid;
+            (lo, w_lo) = (mid, w);
+            (moved_lo, moved_hi) = (moved_lo + 1, 0);
+            if moved_lo >= 2 {
+                w_hi /= 2.0;
+            }
         }
     }
     Ok(Some(hi))
