@@ -1,10 +1,10 @@
 #!/bin/sh
 # One-shot set-up of the compose federation (compose.yaml's `setup` service, in the
 # coordinator image): in the volume mounted at /fed, a CA and certificates for the three
-# agencies and the coordinator, each agency's token and party.toml (its rows are the
-# Challenger example's, mounted at /data), and the analyst's run.toml. On one host, for a
-# trial: in a real federation each agency makes its own files on its own machine
-# (docs/deployment.md), and the CA's key stays offline.
+# agencies and the coordinator, each agency's token and party.toml (the Challenger
+# example's `agency.sh`; the example's folder is mounted at /example), and the analyst's
+# run.toml. On one host, for a trial: in a real federation each agency makes its own files
+# on its own machine (docs/deployment.md), and the CA's key stays offline.
 set -eu
 fed=/fed
 epsilon="${EPSILON:-10}"
@@ -14,34 +14,8 @@ if [ -f "$fed/run.toml" ]; then
 fi
 coordinator certs --dir "$fed/tls" agency-1 agency-2 agency-3 coordinator
 for k in 1 2 3; do
-    dir="$fed/agency-$k"
-    mkdir -p "$dir"
-    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/token"
-    chmod 600 "$dir/token"
-    cat > "$dir/party.toml" <<TOML
-name = "agency-$k"
-listen = "0.0.0.0:50051"
-metrics_listen = "0.0.0.0:9464"
-ledger = "ledger.sqlite"
-auth_token_file = "token"
-neighbours = "substitute"
-
-[budget]
-epsilon = $epsilon
-delta = 1e-5
-
-[data]
-format = "csv"
-path = "/data/agency-$k.csv"
-
-[tls]
-ca = "$fed/tls/ca.pem"
-cert = "$fed/tls/agency-$k.pem"
-key = "$fed/tls/agency-$k.key"
-allowed_clients = ["coordinator"]
-
-$(cat /example/model.toml)
-TOML
+    sh /example/agency.sh "$k" "$fed/agency-$k" 0.0.0.0:50051 /example/data "$fed/tls" \
+        "$epsilon" 0.0.0.0:9464
 done
 {
     cat /example/model.toml

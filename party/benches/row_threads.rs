@@ -50,21 +50,25 @@ fn main() {
     for &n in &sizes {
         for (label, spec) in [
             ("banana", ModelSpec::flat_banana(2)),
-            ("logistic", ModelSpec::Glm(GlmSpec::example(Family::Logistic, 5))),
+            (
+                "logistic",
+                ModelSpec::Glm(GlmSpec::example(Family::Logistic, 5)),
+            ),
         ] {
             let model = spec.build().unwrap();
             let theta = spec.true_theta();
             let proposed: Vec<f64> = theta.iter().map(|t| t + 0.008).collect();
             let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
             for (name, run) in [
-                ("ratio", ratio as fn(&dyn Model, &Columns, &[f64], &[f64], usize)),
+                (
+                    "ratio",
+                    ratio as fn(&dyn Model, &Columns, &[f64], &[f64], usize),
+                ),
                 ("gradient", gradient),
             ] {
                 let rate = |threads| {
                     n as f64
-                        / median_seconds(|| {
-                            run(model.as_ref(), &data, &theta, &proposed, threads)
-                        })
+                        / median_seconds(|| run(model.as_ref(), &data, &theta, &proposed, threads))
                 };
                 let (one, two) = (rate(1), rate(2));
                 println!(

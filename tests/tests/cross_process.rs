@@ -221,9 +221,15 @@ fn simulate_runs_a_glm_over_named_columns() {
         ],
     );
     assert!(ok, "simulate failed: {stderr}");
-    assert!(stdout.contains("theta.3"), "{stdout}");
+    // The table names the coefficients as the model does; summary.json keeps the column too.
+    assert!(stdout.contains("\nfeature2 "), "{stdout}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let third = &summary["parameters"][2];
+    assert_eq!(
+        (&third["name"], &third["label"]),
+        (&"theta.3".into(), &"feature2".into())
+    );
     assert!(
         summary.get("mmd_to_exact").is_none_or(|v| v.is_null()),
         "{summary}"

@@ -50,10 +50,20 @@ fn released_so_far(config: &std::path::Path) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-#[test]
-fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
+/// Three simulated parties served on fixed ports (so that each can be restarted on its own),
+/// and a coordinator running `chains` × `iterations` against them into `dir/run`: the
+/// parties' configs, the parties, the coordinator and its output directory.
+fn federation_running(
+    dir: &std::path::Path,
+    chains: u64,
+    iterations: u64,
+) -> (
+    Vec<std::path::PathBuf>,
+    Vec<PartyProcess>,
+    std::process::Child,
+    std::path::PathBuf,
+) {
+    let sim = dir.join("sim");
     let (ok, _, stderr) = simulate(
         &sim,
         &["--iterations", "20", "--tau", "0.5", "--epsilon", "50"],
@@ -63,10 +73,24 @@ fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
         .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
         .collect();
     configs.iter().for_each(|c| fixed_port(c));
-    let mut parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
-    let run_config = write_run_config(dir.path(), &sim, &parties, ITERATIONS, None);
-    let out = dir.path().join("run");
+    let parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
+    let run_config = write_run_config(dir, &sim, &parties, iterations, None);
+    let text = std::fs::read_to_string(&run_config).unwrap();
+    std::fs::write(
+        &run_config,
+        text.replace("chains = 2", &format!("chains = {chains}")),
+    )
+    .unwrap();
+    let out = dir.join("run");
     let coordinator = start_run(&run_config, &out);
+    (configs, parties, coordinator, out)
+}
+
+#[test]
+fn a_party_killed_and_restarted_mid_run_loses_nothing_and_charges_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (configs, mut parties, coordinator, out) =
+        federation_running(dir.path(), CHAINS, ITERATIONS);
 
     // Kill party-2 once its sampling run has released something, and start it again.
     let victim = &configs[1];
@@ -160,26 +184,8 @@ fn parties_killed_at_random_moments_keep_every_answer_they_gave() {
     const CHAINS: u64 = 4;
     const ITERATIONS: u64 = 2000;
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
-    let (ok, _, stderr) = simulate(
-        &sim,
-        &["--iterations", "20", "--tau", "0.5", "--epsilon", "50"],
-    );
-    assert!(ok, "{stderr}");
-    let configs: Vec<_> = (1..=3)
-        .map(|i| sim.join(format!("parties/party-{i}/party.toml")))
-        .collect();
-    configs.iter().for_each(|c| fixed_port(c));
-    let mut parties: Vec<PartyProcess> = configs.iter().map(|c| PartyProcess::start(c)).collect();
-    let run_config = write_run_config(dir.path(), &sim, &parties, ITERATIONS, None);
-    let text = std::fs::read_to_string(&run_config).unwrap();
-    std::fs::write(
-        &run_config,
-        text.replace("chains = 2", &format!("chains = {CHAINS}")),
-    )
-    .unwrap();
-    let out = dir.path().join("run");
-    let coordinator = start_run(&run_config, &out);
+    let (configs, mut parties, coordinator, out) =
+        federation_running(dir.path(), CHAINS, ITERATIONS);
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
     while released_so_far(&configs[0]) == 0 {

@@ -20,32 +20,7 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 for k in 1 2 3; do
     dir="$out/agency-$k"
-    mkdir -p "$dir"
-    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/token"
-    chmod 600 "$dir/token"
-    cat > "$dir/party.toml" <<TOML
-name = "agency-$k"
-listen = "127.0.0.1:0"
-ledger = "ledger.sqlite"
-auth_token_file = "token"
-neighbours = "substitute"
-
-[budget]
-epsilon = $epsilon
-delta = 1e-5
-
-[data]
-format = "csv"
-path = "$data/agency-$k.csv"
-
-[tls]
-ca = "$out/tls/ca.pem"
-cert = "$out/tls/agency-$k.pem"
-key = "$out/tls/agency-$k.key"
-allowed_clients = ["coordinator"]
-
-$(cat "$here/model.toml")
-TOML
+    "$here/agency.sh" "$k" "$dir" 127.0.0.1:0 "$data" "$out/tls" "$epsilon"
     # The agency's node prints the address it listens on, then serves until stopped.
     party serve --config "$dir/party.toml" > "$dir/address" 2> "$dir/party.log" &
     pids+=($!)
