@@ -272,8 +272,7 @@ fn sampler_config(settings: &JobSettings, iterations: u64) -> SamplerConfig {
         proposal_sd: settings.proposal_sd,
         clip: settings.clip,
         proposal: settings.proposal,
-        // DP Barker's walk keeps its step (`kernels/barker.rs`): its outputs say so.
-        adapt: settings.adapt && !matches!(settings.variant, Variant::Barker { .. }),
+        adapt: settings.adapt && settings.variant.adapts(),
         target_accept: settings.target_accept,
         seed: settings.seed,
         penalise: true,

@@ -81,12 +81,8 @@ impl Kernel for Barker {
         })
     }
 
-    /// The walk keeps the step it was given. Each row's ratio is clipped at the fixed
-    /// √(C/2)·√b/n₀ (Räisä 2020, Thm 3.3), so the clipped posterior is flatter than the true
-    /// one and accepts longer steps: adapting towards a target acceptance grew the step on the
-    /// flat 2-d banana (n = 10⁵, b = 1 000) from 8e-3 to 0.09–0.13 while the posterior sds are
-    /// 0.014 and 0.008, until most rows were clipped (MMD 0.53 at ε = 6; at the thesis's fixed
-    /// 8e-4, 0.34).
+    /// The walk keeps the step it was given ([`crate::variant::Variant::adapts`] says why);
+    /// a sampler configured to adapt anyway does not move it.
     fn adapt(&mut self, _transition: &Transition) {}
 
     fn scale(&self) -> f64 {
