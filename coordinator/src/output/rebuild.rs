@@ -162,8 +162,7 @@ fn chain_summary(c: &ReadChain) -> ChainSummary {
             )
         },
         final_scale: t.scale.first().copied(),
-        mean_noise_variance: (!t.noise_variance.is_empty())
-            .then(|| t.noise_variance.iter().sum::<f64>() / t.noise_variance.len() as f64),
+        mean_noise_variance: summary::mean(&t.noise_variance),
     }
 }
 

@@ -137,6 +137,11 @@ pub struct ExactReference {
     pub draws: Vec<Vec<f64>>,
 }
 
+/// The mean of `xs`, `None` when there are none (a chain without post-warm-up steps).
+pub(super) fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
 /// A number for JSON: `None` rather than a NaN or an infinity.
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
@@ -217,8 +222,7 @@ pub fn summarise(
                     _ => "completed".to_string(),
                 },
                 final_scale: t.scale.last().copied(),
-                mean_noise_variance: (!kept.is_empty())
-                    .then(|| kept.iter().sum::<f64>() / kept.len() as f64),
+                mean_noise_variance: mean(kept),
             }
         })
         .collect();

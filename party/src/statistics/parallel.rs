@@ -12,6 +12,7 @@
 //! 1.3–2.2× for the gradient. [`MIN_ROWS`] is where neither loses much and the dearer
 //! models gain.
 use std::num::NonZeroUsize;
+use std::sync::OnceLock;
 
 use fedmcmc_common::data::Columns;
 
@@ -24,7 +25,10 @@ pub fn threads_for(rows: usize) -> usize {
     if rows < MIN_ROWS {
         return 1;
     }
-    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    // Read once: on Linux it reads the process's cgroup files, which a step need not repeat.
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
     cores.min(rows / (MIN_ROWS / 2)).max(1)
 }
 
