@@ -115,22 +115,53 @@ fn step_key(key: Option<&pb::StepKey>) -> Result<StepKey<'_>, Status> {
     })
 }
 
-/// One step, shared by the unary and the streamed call, timed into `metrics`.
-async fn step(
+/// The most steps one frame of `StepStream` may carry (a run's chains, usually a few).
+pub const MAX_FRAME_STEPS: usize = 1024;
+
+/// A frame of steps (one for the unary call), answered together by [`PartyNode::steps`]:
+/// one answer per request, in order, each timed into `metrics`.
+async fn steps(
     node: &PartyNode,
     metrics: &Metrics,
-    req: pb::StepRequest,
-) -> Result<pb::Contribution, Status> {
+    requests: &[pb::StepRequest],
+) -> Vec<Result<pb::Contribution, Status>> {
     let start = std::time::Instant::now();
-    let answer = answer_step(node, req).await;
-    match &answer {
-        Ok(c) => metrics.answered(c.replayed, start.elapsed()),
-        Err(_) => metrics.step_refused(start.elapsed()),
+    let answers: Vec<Result<pb::Contribution, Status>> = if requests.len() > MAX_FRAME_STEPS {
+        let refusal = format!(
+            "a frame of {} steps is more than the {MAX_FRAME_STEPS} this party answers at once",
+            requests.len()
+        );
+        requests
+            .iter()
+            .map(|_| Err(Status::resource_exhausted(refusal.clone())))
+            .collect()
+    } else {
+        let parsed: Vec<_> = requests.iter().map(|r| parse_step(node, r)).collect();
+        let valid: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().copied()).collect();
+        let mut answered = node.steps(&valid).await.into_iter();
+        parsed
+            .into_iter()
+            .map(|p| {
+                p?;
+                let answer = answered.next().expect("an answer for every valid step");
+                Ok(wire_contribution(answer?))
+            })
+            .collect()
+    };
+    for answer in &answers {
+        match answer {
+            Ok(c) => metrics.answered(c.replayed, start.elapsed()),
+            Err(_) => metrics.step_refused(start.elapsed()),
+        }
     }
-    answer
+    answers
 }
 
-async fn answer_step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contribution, Status> {
+/// A request's key and query, read from the wire; a malformed one is refused.
+fn parse_step<'a>(
+    node: &PartyNode,
+    req: &'a pb::StepRequest,
+) -> Result<(StepKey<'a>, Query<'a>), Status> {
     let key = step_key(req.key.as_ref())?;
     let query = match &req.query {
         Some(pb::step_request::Query::LogLikRatio(q)) => Query::LogLikRatio {
@@ -160,20 +191,23 @@ async fn answer_step(node: &PartyNode, req: pb::StepRequest) -> Result<pb::Contr
             ));
         }
     };
-    let c = node.step(&key, query).await?;
+    Ok((key, query))
+}
+
+fn wire_contribution(c: crate::release::Contribution) -> pb::Contribution {
     let (masked, grid) = c.masked.map_or((Vec::new(), 0.0), |m| {
         (
             m.steps.iter().flat_map(|x| x.to_le_bytes()).collect(),
             m.grid,
         )
     });
-    Ok(pb::Contribution {
+    pb::Contribution {
         value: c.value,
         noise_variance: c.noise_variance,
         replayed: c.replayed,
         masked,
         grid,
-    })
+    }
 }
 
 /// A plan's secure-aggregation terms, checked (a 32-byte session, a roster of at least two
@@ -221,7 +255,7 @@ pub fn announcement_from_pb(a: pb::KeyAnnouncement) -> Result<Announcement, Stat
     })
 }
 
-type ReplyStream = Pin<Box<dyn Stream<Item = Result<pb::StepReply, Status>> + Send + 'static>>;
+type ReplyStream = Pin<Box<dyn Stream<Item = Result<pb::StepReplies, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl Party for PartyService {
@@ -357,39 +391,46 @@ impl Party for PartyService {
         &self,
         request: Request<pb::StepRequest>,
     ) -> Result<Response<pb::Contribution>, Status> {
-        Ok(Response::new(
-            step(&self.node, &self.metrics, request.into_inner()).await?,
-        ))
+        let request = request.into_inner();
+        let mut answers = steps(&self.node, &self.metrics, std::slice::from_ref(&request)).await;
+        Ok(Response::new(answers.pop().expect("one step, one answer")?))
     }
 
     async fn step_stream(
         &self,
-        request: Request<Streaming<pb::StepRequest>>,
+        request: Request<Streaming<pb::StepFrame>>,
     ) -> Result<Response<ReplyStream>, Status> {
         let state = Some((
             Arc::clone(&self.node),
             Arc::clone(&self.metrics),
             request.into_inner(),
         ));
-        // Requests are answered one at a time, in order; a transport error ends the stream.
+        // Frames are answered one at a time, in order; a transport error ends the stream.
         let replies = futures::stream::unfold(state, |state| async move {
             let (node, metrics, mut inbound) = state?;
             match inbound.message().await {
-                Ok(Some(req)) => {
-                    let result = match step(&node, &metrics, req).await {
-                        Ok(c) => pb::step_reply::Result::Contribution(c),
-                        Err(s) => {
-                            // In the stream, not in a status the router's layer sees.
-                            metrics.refused(s.code());
-                            pb::step_reply::Result::Refusal(pb::Refusal {
-                                code: s.code() as i32,
-                                message: s.message().to_string(),
-                            })
-                        }
-                    };
-                    let reply = pb::StepReply {
-                        result: Some(result),
-                    };
+                Ok(Some(frame)) => {
+                    let answers = steps(&node, &metrics, &frame.steps).await;
+                    let replies = answers
+                        .into_iter()
+                        .map(|answer| {
+                            let result = match answer {
+                                Ok(c) => pb::step_reply::Result::Contribution(c),
+                                Err(s) => {
+                                    // In the stream, not in a status the router's layer sees.
+                                    metrics.refused(s.code());
+                                    pb::step_reply::Result::Refusal(pb::Refusal {
+                                        code: s.code() as i32,
+                                        message: s.message().to_string(),
+                                    })
+                                }
+                            };
+                            pb::StepReply {
+                                result: Some(result),
+                            }
+                        })
+                        .collect();
+                    let reply = pb::StepReplies { replies };
                     Some((Ok(reply), Some((node, metrics, inbound))))
                 }
                 Ok(None) => None,

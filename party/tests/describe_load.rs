@@ -59,7 +59,9 @@ async fn closed_history(ledger: &Ledger, runs: usize) {
             noise_variance: 1.0,
             masked: None,
         };
-        ledger.record_release(&release).await.unwrap();
+        for outcome in ledger.record_releases(&[release]).await {
+            outcome.unwrap();
+        }
         ledger.close_run(&run_id, ClosedBy::CloseRun).await.unwrap();
     }
 }

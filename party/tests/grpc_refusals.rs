@@ -804,6 +804,20 @@ async fn a_restarted_party_remembers_what_it_spent_and_answered() {
     party.stop().await;
 }
 
+/// Frames of one step each, as a single chain sends them.
+fn one_per_frame(steps: Vec<pb::StepRequest>) -> impl futures::Stream<Item = pb::StepFrame> {
+    futures::stream::iter(steps.into_iter().map(|s| pb::StepFrame { steps: vec![s] }))
+}
+
+/// The replies of each frame, in order, until the stream ends.
+async fn replies_of(mut replies: tonic::Streaming<pb::StepReplies>) -> Vec<Vec<pb::step_reply::Result>> {
+    let mut got = Vec::new();
+    while let Some(r) = replies.message().await.unwrap() {
+        got.push(r.replies.into_iter().map(|r| r.result.unwrap()).collect());
+    }
+    got
+}
+
 #[tokio::test]
 async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
     let (_dir, party, mut c) = fresh().await;
@@ -819,15 +833,12 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
         req(1, TH.to_vec()),
         req(3, TH.to_vec()),
     ];
-    let mut replies = c
-        .step_stream(futures::stream::iter(requests))
+    let replies = c
+        .step_stream(one_per_frame(requests))
         .await
         .unwrap()
         .into_inner();
-    let mut got = Vec::new();
-    while let Some(r) = replies.message().await.unwrap() {
-        got.push(r.result.unwrap());
-    }
+    let got: Vec<_> = replies_of(replies).await.into_iter().flatten().collect();
     use pb::step_reply::Result as R;
     assert_eq!(got.len(), 5);
     let first = match &got[0] {
@@ -843,7 +854,7 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
     let huge = vec![0.5; 100_000];
     let oversize = step_request(&grant.run_id, 0, 2, huge.clone(), huge);
     let mut replies = c
-        .step_stream(futures::stream::iter(vec![oversize]))
+        .step_stream(one_per_frame(vec![oversize]))
         .await
         .unwrap()
         .into_inner();
@@ -852,10 +863,85 @@ async fn the_step_stream_answers_in_order_and_refusals_do_not_end_it() {
 
     let mut anon = party.client_with(None).await;
     let err = anon
-        .step_stream(futures::stream::iter(vec![req(2, TH.to_vec())]))
+        .step_stream(one_per_frame(vec![req(2, TH.to_vec())]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
+    party.stop().await;
+}
+
+/// One frame carries every chain's step: each is answered as alone, in the frame's order,
+/// whatever the order of its chains; a chain asked twice in a frame gets its steps in turn
+/// (the second a replay of the first); a refusal fails only its own step; a frame of more
+/// than the party's limit is refused step by step; every release is in the ledger once.
+#[tokio::test]
+async fn a_frame_answers_every_chain_as_alone() {
+    let (_dir, party, mut c) = fresh().await;
+    let grant = open(&mut c, &party.fingerprint, plan(4, 5, tau(0.5)))
+        .await
+        .unwrap();
+    let req = |chain: u32, step: u64, theta: Vec<f64>| {
+        step_request(&grant.run_id, chain, step, theta, PROP.to_vec())
+    };
+    let frames = vec![
+        pb::StepFrame {
+            steps: vec![
+                req(2, 0, TH.to_vec()),
+                req(0, 0, TH.to_vec()),
+                req(3, 0, vec![f64::NAN, 3.0]),
+                req(1, 0, TH.to_vec()),
+                req(0, 0, TH.to_vec()),
+                req(9, 0, TH.to_vec()),
+                step_request("0123456789abcdef", 0, 0, TH.to_vec(), PROP.to_vec()),
+            ],
+        },
+        pb::StepFrame {
+            steps: (0..4).map(|chain| req(chain, 1, TH.to_vec())).collect(),
+        },
+        pb::StepFrame {
+            // Small enough to pass the message size limit: refused for the count alone.
+            steps: (0..1025)
+                .map(|_| step_request(&grant.run_id, 0, 2, vec![], vec![]))
+                .collect(),
+        },
+    ];
+    let replies = c
+        .step_stream(futures::stream::iter(frames))
+        .await
+        .unwrap()
+        .into_inner();
+    let got = replies_of(replies).await;
+    use pb::step_reply::Result as R;
+    let value = |r: &R| match r {
+        R::Contribution(c) => (c.value.clone(), c.replayed),
+        R::Refusal(r) => panic!("refused: {r:?}"),
+    };
+    let code = |r: &R| match r {
+        R::Refusal(r) => Code::from(r.code),
+        R::Contribution(c) => panic!("answered: {c:?}"),
+    };
+    assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [7, 4, 1025]);
+    let (first, replayed) = value(&got[0][1]);
+    assert!(!replayed);
+    assert_eq!(value(&got[0][4]), (first, true), "the same step again: its stored answer");
+    assert!(!value(&got[0][0]).1 && !value(&got[0][3]).1);
+    assert_eq!(code(&got[0][2]), Code::InvalidArgument);
+    assert_eq!(code(&got[0][5]), Code::InvalidArgument, "chain 9 of 4");
+    assert_eq!(code(&got[0][6]), Code::NotFound);
+    // Chain 3's step 0 was refused, so its step 1 is out of order; the others go on.
+    assert_eq!(code(&got[1][3]), Code::FailedPrecondition);
+    for r in &got[1][..3] {
+        assert!(!value(r).1);
+    }
+    assert!(got[2].iter().all(|r| code(r) == Code::ResourceExhausted));
+    let closed = c
+        .close_run(pb::CloseRunRequest {
+            run_id: grant.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(closed.releases, 6);
     party.stop().await;
 }
 
@@ -956,23 +1042,13 @@ async fn metrics_count_releases_and_refusals_by_code_and_health_says_serving() {
     let mut anon = party.client_with(None).await;
     anon.describe(pb::DescribeRequest {}).await.unwrap_err();
     // One refusal inside a stream (a step out of the run's range).
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(step_request(
-        &grant.run_id,
-        0,
-        99,
-        TH.to_vec(),
-        PROP.to_vec(),
-    ))
-    .await
-    .unwrap();
-    drop(tx);
+    let late = step_request(&grant.run_id, 0, 99, TH.to_vec(), PROP.to_vec());
     let mut replies = c
-        .step_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .step_stream(one_per_frame(vec![late]))
         .await
         .unwrap()
         .into_inner();
-    let reply = replies.message().await.unwrap().unwrap();
+    let reply = replies.message().await.unwrap().unwrap().replies.remove(0);
     let Some(pb::step_reply::Result::Refusal(refusal)) = reply.result else {
         panic!("step 99 of 5 was answered");
     };

@@ -1,20 +1,21 @@
 //! Parties over gRPC: the generated client, a bearer token, retries of idempotent calls.
 //!
-//! Steps travel on one long-lived stream per chain (`StepStream`), which skips the
-//! per-call setup of a unary call; a broken stream is reopened and the same step resent.
+//! Steps travel on one long-lived stream per party (`StepStream`), which skips the per-call
+//! setup of a unary call, in frames: the steps the chains ask while a frame is out go
+//! together in the next ([`frames`]), so a run of C chains makes one round trip per step, and
+//! the party one fsync, instead of C. A broken stream is reopened and the same step resent.
 //!
 //! Every call (Describe, OpenRun, Step, CloseRun) has a deadline per try and a bound on all
 //! its tries ([`Deadlines`]): a party that stops answering ends the call within the bound,
 //! with a sentence saying which call it did not answer.
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fedmcmc_common::neighbours::Neighbours;
-use fedmcmc_party::service::{variant_from_name, variant_name};
+use fedmcmc_party::service::{MAX_FRAME_STEPS, variant_from_name, variant_name};
+use fedmcmc_proto::MAX_MESSAGE_BYTES;
 use fedmcmc_proto::v1 as pb;
 use pb::party_client::PartyClient;
-use tokio::sync::{Mutex as AsyncMutex, mpsc};
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
@@ -46,18 +47,26 @@ impl tonic::service::Interceptor for Bearer {
 
 type Client = PartyClient<InterceptedService<Channel, Bearer>>;
 
-/// An open step stream: requests go in through `requests`, replies come back in order.
+/// An open step stream: frames go in through `frames`, their replies come back in order.
 struct StepStream {
-    requests: mpsc::Sender<pb::StepRequest>,
-    replies: tonic::Streaming<pb::StepReply>,
+    frames: mpsc::Sender<pb::StepFrame>,
+    replies: tonic::Streaming<pb::StepReplies>,
 }
 
-/// The stream of one chain, opened on first use.
-type StreamSlot = Arc<AsyncMutex<Option<StepStream>>>;
+/// What a party's frame task is asked: a step, with where its reply goes, or to end the
+/// stream (the run is over).
+enum Framed {
+    Step(
+        pb::StepRequest,
+        oneshot::Sender<Result<pb::StepReply, Status>>,
+    ),
+    EndStream,
+}
 
 pub struct GrpcParty {
     client: Client,
-    streams: Mutex<HashMap<u32, StreamSlot>>,
+    /// To the task that sends the chains' steps in frames ([`frames`]).
+    steps: mpsc::UnboundedSender<Framed>,
     deadlines: Deadlines,
 }
 
@@ -125,9 +134,12 @@ impl GrpcParty {
             kind: CallErrorKind::Other,
             message: "the token is not valid ASCII".into(),
         })?;
+        let client = PartyClient::with_interceptor(channel, Bearer(header));
+        let (steps, queue) = mpsc::unbounded_channel();
+        tokio::spawn(frames(client.clone(), deadlines, queue));
         Ok(GrpcParty {
-            client: PartyClient::with_interceptor(channel, Bearer(header)),
-            streams: Mutex::new(HashMap::new()),
+            client,
+            steps,
             deadlines,
         })
     }
@@ -137,44 +149,144 @@ impl GrpcParty {
         self.deadlines
     }
 
-    fn slot(&self, chain: u32) -> StreamSlot {
-        let mut streams = self.streams.lock().expect("streams lock");
-        Arc::clone(streams.entry(chain).or_default())
+    /// One try of a step: queued for the next frame, answered with it.
+    async fn exchange(&self, request: pb::StepRequest) -> Result<pb::StepReply, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.steps
+            .send(Framed::Step(request, reply))
+            .map_err(|_| Status::unavailable("the party's step frames have ended"))?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Status::unavailable("the step's frame was dropped")))
+    }
+}
+
+/// How long a frame waits for the rest of the chains that stepped together last time: far
+/// beyond the microseconds a chain takes between its steps, so it only passes when a chain
+/// has ended (the next frame then expects one step fewer).
+const LINGER: Duration = Duration::from_millis(2);
+
+/// Sends a party's steps in frames, one frame out at a time, until its [`GrpcParty`] is
+/// dropped. Each frame takes every step queued while the last was out, waiting up to
+/// [`LINGER`] for as many as the last frame held. A frame that fails (the stream broke, or
+/// no reply within a try's deadline) fails each of its steps, whose callers retry, and
+/// drops the stream, so a late reply is never read for another frame.
+async fn frames(client: Client, deadlines: Deadlines, mut queue: mpsc::UnboundedReceiver<Framed>) {
+    let mut stream: Option<StepStream> = None;
+    let mut expected = 1;
+    let mut next = queue.recv().await;
+    while let Some(first) = next.take() {
+        let mut frame = Frame::default();
+        frame.take(first, &mut stream);
+        while frame.steps.len() < MAX_FRAME_STEPS {
+            let more = match queue.try_recv() {
+                Ok(more) => Some(more),
+                Err(_) if frame.steps.len() >= expected => None,
+                Err(_) => tokio::time::timeout(LINGER, queue.recv()).await.ok().flatten(),
+            };
+            match more {
+                Some(Framed::Step(ref request, _)) if !frame.fits(request) => {
+                    next = more;
+                    break;
+                }
+                Some(more) => frame.take(more, &mut stream),
+                None => break,
+            }
+        }
+        if !frame.steps.is_empty() {
+            expected = frame.steps.len();
+            let (requests, replies): (Vec<_>, Vec<_>) = frame.steps.into_iter().unzip();
+            let answered =
+                tokio::time::timeout(deadlines.attempt, exchange(&client, &mut stream, requests))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded(format!(
+                            "no answer within {}",
+                            shown(deadlines.attempt)
+                        )))
+                    });
+            match answered {
+                Ok(answers) => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(Ok(answer));
+                    }
+                }
+                Err(status) => {
+                    stream = None;
+                    for reply in replies {
+                        let _ = reply.send(Err(status.clone()));
+                    }
+                }
+            }
+        }
+        if next.is_none() {
+            next = queue.recv().await;
+        }
+    }
+}
+
+/// The steps of the frame being gathered, and its encoded size.
+#[derive(Default)]
+struct Frame {
+    steps: Vec<(
+        pb::StepRequest,
+        oneshot::Sender<Result<pb::StepReply, Status>>,
+    )>,
+    bytes: usize,
+}
+
+impl Frame {
+    fn take(&mut self, framed: Framed, stream: &mut Option<StepStream>) {
+        match framed {
+            Framed::Step(request, reply) => {
+                self.bytes += Self::size(&request);
+                self.steps.push((request, reply));
+            }
+            Framed::EndStream => *stream = None,
+        }
     }
 
-    /// Sends one request on the chain's stream (opening it if needed) and waits for its
-    /// reply. Any transport failure drops the stream, so a retry starts a fresh one.
-    async fn exchange(
-        &self,
-        slot: &mut Option<StepStream>,
-        request: pb::StepRequest,
-    ) -> Result<pb::StepReply, Status> {
-        if slot.is_none() {
-            let (requests, inbound) = mpsc::channel(1);
-            let replies = self
-                .client
-                .clone()
-                .step_stream(ReceiverStream::new(inbound))
-                .await?
-                .into_inner();
-            *slot = Some(StepStream { requests, replies });
-        }
-        let stream = slot.as_mut().expect("stream just opened");
-        let reply = match stream.requests.send(request).await {
-            Ok(()) => stream.replies.message().await,
-            Err(_) => Err(Status::unavailable("the step stream is closed")),
-        };
-        match reply {
-            Ok(Some(r)) => Ok(r),
-            Ok(None) => {
-                *slot = None;
-                Err(Status::unavailable("the party ended the step stream"))
-            }
-            Err(e) => {
-                *slot = None;
-                Err(e)
-            }
-        }
+    /// Whether `request` fits within the party's message limit beside the steps taken (a
+    /// step too large for any frame goes alone, and the party refuses it).
+    fn fits(&self, request: &pb::StepRequest) -> bool {
+        self.bytes + Self::size(request) <= MAX_MESSAGE_BYTES
+    }
+
+    /// A request's bytes in a frame: its tag, its length and itself.
+    fn size(request: &pb::StepRequest) -> usize {
+        let len = prost::Message::encoded_len(request);
+        1 + prost::length_delimiter_len(len) + len
+    }
+}
+
+/// Sends one frame on the stream (opening it if needed) and waits for its replies, one per
+/// step. A failure leaves the caller to drop the stream.
+async fn exchange(
+    client: &Client,
+    slot: &mut Option<StepStream>,
+    steps: Vec<pb::StepRequest>,
+) -> Result<Vec<pb::StepReply>, Status> {
+    if slot.is_none() {
+        let (frames, inbound) = mpsc::channel(1);
+        let replies = client
+            .clone()
+            .step_stream(ReceiverStream::new(inbound))
+            .await?
+            .into_inner();
+        *slot = Some(StepStream { frames, replies });
+    }
+    let stream = slot.as_mut().expect("stream just opened");
+    let asked = steps.len();
+    if stream.frames.send(pb::StepFrame { steps }).await.is_err() {
+        return Err(Status::unavailable("the step stream is closed"));
+    }
+    match stream.replies.message().await? {
+        Some(r) if r.replies.len() == asked => Ok(r.replies),
+        Some(r) => Err(Status::internal(format!(
+            "the party answered a frame of {asked} steps with {} replies",
+            r.replies.len()
+        ))),
+        None => Err(Status::unavailable("the party ended the step stream")),
     }
 }
 
@@ -379,20 +491,15 @@ impl PartyHandle for GrpcParty {
             }),
             query: Some(wire_query(query)),
         };
-        let slot = self.slot(chain);
-        let mut stream = slot.lock().await;
         // Resending the same (run, chain, step) is safe: the party answers a retry with its
         // stored answer, charged once, after a restart too.
         let what = format!("Step {step} of chain {chain}");
         let mut tries = Tries::new(self.deadlines);
         let reply = loop {
-            let tried = tries.run(self.exchange(&mut stream, request.clone())).await;
+            let tried = tries.run(self.exchange(request.clone())).await;
             match tried {
                 Ok(reply) => break reply,
                 Err(s) => {
-                    // A try past its deadline leaves a stream that may hold its late reply:
-                    // never read it for another step.
-                    *stream = None;
                     if !transient(&s) {
                         return Err(tries.failed(&what, s, false));
                     }
@@ -482,9 +589,9 @@ impl PartyHandle for GrpcParty {
     }
 
     async fn close_run(&self, run_id: &str) -> Result<Closed, CallError> {
-        // End the step streams: the run's steps are over, and a party shutting down
+        // End the step stream: the run's steps are over, and a party shutting down
         // gracefully waits for open streams.
-        self.streams.lock().expect("streams lock").clear();
+        let _ = self.steps.send(Framed::EndStream);
         // A repeated CloseRun is answered with the first one's charge.
         let what = format!("CloseRun of run {run_id}");
         let c = retried(&what, transient, self.deadlines, || {

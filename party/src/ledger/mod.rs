@@ -425,27 +425,28 @@ impl Ledger {
     }
 
     async fn commit(&self, entry: Entry<'_>) -> Result<(), LedgerError> {
-        self.committing(|| {
+        let write = || {
             let conn = self.conn.lock().expect("ledger lock");
-            write_entry(&conn, &entry).map_err(|e| storage(&self.path, e))
-        })
+            vec![write_entry(&conn, &entry).map_err(|e| storage(&self.path, e))]
+        };
+        self.committing(write).pop().expect("one entry, one outcome")
     }
 
     /// Runs a commit, off the worker when it fsyncs (moving the worker aside costs a thread
     /// hand-off: worth it only around an fsync), and logs its failure.
     fn committing(
         &self,
-        write: impl FnOnce() -> Result<(), LedgerError>,
-    ) -> Result<(), LedgerError> {
-        let result = if self.durable {
+        write: impl FnOnce() -> Vec<Result<(), LedgerError>>,
+    ) -> Vec<Result<(), LedgerError>> {
+        let outcomes = if self.durable {
             crate::blocking(write)
         } else {
             write()
         };
-        if let Err(e) = &result {
+        if let Some(Err(e)) = outcomes.iter().find(|o| o.is_err()) {
             tracing::error!(error = %e, "ledger commit failed; nothing is answered");
         }
-        result
+        outcomes
     }
 
     /// Durably reserves a run's whole plan.
@@ -475,30 +476,43 @@ impl Ledger {
         .await
     }
 
-    /// Durably records one release; returns only once it is on disk. Releases that arrive
-    /// while another commit holds the connection are committed together by the next caller
-    /// to take it (group commit): one transaction, so one fsync, for all of them, each under
-    /// its own savepoint so that a refused insert fails only its own release. A caller whose
-    /// release another caller committed takes that outcome; none is answered before the
+    /// Durably records `records` (one step's release, or every chain's of one frame); returns
+    /// each one's outcome, in order, only once it is on disk. Releases that arrive while
+    /// another commit holds the connection are committed together by the next caller to take
+    /// it (group commit): one transaction, so one fsync, for all of them, each under its own
+    /// savepoint so that a refused insert fails only its own release. A caller whose releases
+    /// another caller committed takes those outcomes; none is answered before the
     /// transaction holding its release is on disk.
-    pub async fn record_release(&self, record: &ReleaseRecord) -> Result<(), LedgerError> {
-        let ticket = {
+    pub async fn record_releases(
+        &self,
+        records: &[ReleaseRecord],
+    ) -> Vec<Result<(), LedgerError>> {
+        if records.is_empty() {
+            return Vec::new();
+        }
+        // All of one caller's releases join the queue at once, so one commit takes them all.
+        let first = {
             let mut group = self.group.lock().expect("ledger group lock");
-            let ticket = group.next;
-            group.next += 1;
-            group.queue.push((ticket, record.clone()));
-            ticket
+            let first = group.next;
+            group.next += records.len() as u64;
+            let tickets = first..;
+            group.queue.extend(tickets.zip(records.iter().cloned()));
+            first
         };
+        let mine = first..first + records.len() as u64;
         let write = || {
             let conn = self.conn.lock().expect("ledger lock");
             let batch = {
                 let mut group = self.group.lock().expect("ledger group lock");
-                if let Some(done) = group.done.remove(&ticket) {
-                    return done;
+                if group.done.contains_key(&first) {
+                    return mine
+                        .clone()
+                        .map(|t| group.done.remove(&t).expect("committed together"))
+                        .collect();
                 }
                 std::mem::take(&mut group.queue)
             };
-            let outcomes = match write_releases(&conn, &batch) {
+            let outcomes: Vec<Result<(), LedgerError>> = match write_releases(&conn, &batch) {
                 Ok(each) => each
                     .into_iter()
                     .map(|r| r.map_err(|e| storage(&self.path, e)))
@@ -506,15 +520,20 @@ impl Ledger {
                 Err(e) => vec![Err(storage(&self.path, e)); batch.len()],
             };
             let mut group = self.group.lock().expect("ledger group lock");
-            let mut mine = None;
+            let mut answers = Vec::with_capacity(records.len());
             for ((t, _), outcome) in batch.iter().zip(outcomes) {
-                if *t == ticket {
-                    mine = Some(outcome);
+                if mine.contains(t) {
+                    answers.push(outcome);
                 } else {
                     group.done.insert(*t, outcome);
                 }
             }
-            mine.expect("a caller's release is committed by it or before it")
+            assert_eq!(
+                answers.len(),
+                records.len(),
+                "a caller's releases are committed by it or before it, together"
+            );
+            answers
         };
         self.committing(write)
     }

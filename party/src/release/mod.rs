@@ -59,7 +59,7 @@ use crate::aggregation::{multiplier_for, session, share};
 use crate::error::PartyError;
 use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
-use crate::runs::ChainState;
+use crate::runs::{ChainState, RunState};
 use crate::statistics::{Computed, Public, Query};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
@@ -231,17 +231,94 @@ fn at_most(x: f64, cap: f64) -> bool {
 /// The mechanism name the ledger records for a clipped-sum Gaussian release.
 const GAUSSIAN: &str = "gaussian";
 
+/// One step past its checks and its computation, its chain held until it is answered.
+struct Pending<'a> {
+    /// Its place in the frame.
+    index: usize,
+    run: &'a RunState,
+    chain: tokio::sync::MutexGuard<'a, ChainState>,
+    public_answer: bool,
+}
+
+/// What a step is before its charge: answered already (a replay), or a release to charge.
+enum Prepared<'a> {
+    Answered(Contribution),
+    Release(Pending<'a>, ReleaseRecord),
+}
+
+type Answers = Vec<Option<Result<Contribution, PartyError>>>;
+
 impl PartyNode {
-    /// Answers one step's query: the one entry point of every release (the contract above).
-    /// The statistic is `statistics/`'s for the query, in a run of the query's variant.
+    /// Answers one step's query: the one entry point of every release (the contract above),
+    /// as a frame of one ([`PartyNode::steps`]).
     pub async fn step(
         &self,
         key: &StepKey<'_>,
         query: Query<'_>,
     ) -> Result<Contribution, PartyError> {
+        let mut answers = self.steps(&[(*key, query)]).await;
+        answers.pop().expect("one step, one answer")
+    }
+
+    /// Answers a frame of steps (every chain's step of a run, in one message), each checked,
+    /// computed and answered exactly as alone, with the frame's releases charged in one
+    /// ledger commit (one fsync) before any of them is answered. The statistic is
+    /// `statistics/`'s for the query, in a run of the query's variant.
+    ///
+    /// Each step holds its chain from its checks to its answer. A frame takes its chains in
+    /// the order of (run, chain), so two frames never wait on each other; a chain that is
+    /// asked twice in one frame has its first step charged before its second is checked.
+    pub async fn steps(
+        &self,
+        requests: &[(StepKey<'_>, Query<'_>)],
+    ) -> Vec<Result<Contribution, PartyError>> {
+        let mut answers: Answers = requests.iter().map(|_| None).collect();
+        let mut runs = Vec::with_capacity(requests.len());
+        for (i, (key, _)) in requests.iter().enumerate() {
+            match self.run(key.run_id) {
+                Ok(run) => runs.push(Some(run)),
+                Err(e) => {
+                    answers[i] = Some(Err(e));
+                    runs.push(None);
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..requests.len()).filter(|&i| runs[i].is_some()).collect();
+        order.sort_by_key(|&i| (requests[i].0.run_id, requests[i].0.chain));
+        let mut pending: Vec<(Pending<'_>, ReleaseRecord)> = Vec::new();
+        for i in order {
+            let (key, query) = &requests[i];
+            let run = runs[i].as_deref().expect("a known run");
+            let again = pending.iter().any(|(p, r)| {
+                std::ptr::eq(p.run, run) && r.chain == key.chain
+            });
+            if again {
+                self.charge(std::mem::take(&mut pending), &mut answers).await;
+            }
+            match self.prepare(i, key, *query, run).await {
+                Ok(Prepared::Answered(c)) => answers[i] = Some(Ok(c)),
+                Ok(Prepared::Release(step, record)) => pending.push((step, record)),
+                Err(e) => answers[i] = Some(Err(e)),
+            }
+        }
+        self.charge(pending, &mut answers).await;
+        answers
+            .into_iter()
+            .map(|a| a.expect("every step is answered"))
+            .collect()
+    }
+
+    /// Phase 1 and 2 of the contract for the step at `index` of a frame: its public checks,
+    /// which may refuse, then its statistic and noise, which cannot.
+    async fn prepare<'a>(
+        &self,
+        index: usize,
+        key: &StepKey<'_>,
+        query: Query<'_>,
+        run: &'a RunState,
+    ) -> Result<Prepared<'a>, PartyError> {
         // Phase 1: public checks, the only place a step is refused.
         let inputs = query.inputs();
-        let run = self.run(key.run_id)?;
         let chain = run.chains.get(key.chain as usize).ok_or_else(|| {
             PartyError::InvalidArgument(format!(
                 "chain {} does not exist: run {} has {} chains",
@@ -256,9 +333,9 @@ impl PartyNode {
             key.step,
             self.sufficient.as_deref(),
         )?;
-        let mut chain = chain.lock().await;
+        let chain = chain.lock().await;
         if let Some(answer) = replay(&chain, key, &inputs)? {
-            return Ok(answer);
+            return Ok(Prepared::Answered(answer));
         }
         if run.closed.load(Ordering::SeqCst) {
             return Err(PartyError::FailedPrecondition(format!(
@@ -378,18 +455,39 @@ impl PartyNode {
             masked,
         };
 
-        // Charge durably (a public answer: record it); nothing leaves if this fails.
-        self.ledger.record_release(&record).await?;
-        if public_answer {
-            run.public.fetch_add(1, Ordering::SeqCst);
-        } else {
-            run.released.fetch_add(1, Ordering::SeqCst);
-        }
+        Ok(Prepared::Release(
+            Pending {
+                index,
+                run,
+                chain,
+                public_answer,
+            },
+            record,
+        ))
+    }
 
-        let answer = Contribution::from_record(&record, false);
-        chain.next_step = key.step + 1;
-        chain.last = Some(record);
-        Ok(answer)
+    /// Charges `pending` durably in one commit (a public answer: records it), then answers
+    /// each; nothing leaves for a release whose commit failed.
+    async fn charge(&self, pending: Vec<(Pending<'_>, ReleaseRecord)>, answers: &mut Answers) {
+        let (steps, records): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+        let outcomes = self.ledger.record_releases(&records).await;
+        for ((mut step, record), outcome) in steps.into_iter().zip(records).zip(outcomes) {
+            answers[step.index] = Some(match outcome {
+                Ok(()) => {
+                    let counter = if step.public_answer {
+                        &step.run.public
+                    } else {
+                        &step.run.released
+                    };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let answer = Contribution::from_record(&record, false);
+                    step.chain.next_step = record.step + 1;
+                    step.chain.last = Some(record);
+                    Ok(answer)
+                }
+                Err(e) => Err(e.into()),
+            });
+        }
     }
 }
 
