@@ -327,37 +327,43 @@ async fn hmc(s: &Setting, dir: &std::path::Path, iterations: u64) {
     let hmc_iterations = (iterations / 10).max(100);
     println!("{}; {hmc_iterations} iterations", hmc.describe());
     println!(
-        "{:<44} {:>14} {:>14}",
-        "federation (1 chain)", "it/s", "rows/s"
+        "{:<44} {:>8} {:>14} {:>14}",
+        "federation", "chains", "it/s total", "rows/s"
     );
     let rows_per_iteration = 12.0 * ROWS as f64;
-    let local = Arc::new(Federation::new(
-        nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
-    ));
     let hmc = (hmc, ProposalKind::Rw);
-    let (in_process, _) = time_chains(local, &s.spec, hmc, 1, hmc_iterations).await;
-    let ledgers = dir.join("durable-hmc");
-    std::fs::create_dir_all(&ledgers).unwrap();
-    let (durable, stops) =
-        serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-    let (over_grpc, _) = time_chains(Arc::new(durable), &s.spec, hmc, 1, hmc_iterations).await;
-    stops.into_iter().for_each(|s| {
-        let _ = s.send(());
-    });
-    for (name, rate) in [
-        ("in-process (in-memory ledgers)", in_process),
-        ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
-    ] {
-        println!(
-            "{name:<44} {rate:>14.0} {:>14.3e}",
-            rate * rows_per_iteration
-        );
+    let mut ratios = Vec::new();
+    for chains in [1u32, 4] {
+        let local = Arc::new(Federation::new(
+            nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
+        ));
+        let (_, in_process) = time_chains(local, &s.spec, hmc, chains, hmc_iterations).await;
+        let ledgers = dir.join(format!("durable-hmc-{chains}"));
+        std::fs::create_dir_all(&ledgers).unwrap();
+        let (durable, stops) =
+            serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
+        let (_, over_grpc) =
+            time_chains(Arc::new(durable), &s.spec, hmc, chains, hmc_iterations).await;
+        stops.into_iter().for_each(|s| {
+            let _ = s.send(());
+        });
+        for (name, rate) in [
+            ("in-process (in-memory ledgers)", in_process),
+            ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
+        ] {
+            println!(
+                "{name:<44} {chains:>8} {rate:>14.0} {:>14.3e}",
+                rate * rows_per_iteration
+            );
+        }
+        if chains == 1 {
+            println!("in-process / thesis's 45 it/s = {:.1}", in_process / 45.0);
+        }
+        ratios.push((chains, over_grpc / in_process));
     }
-    println!(
-        "in-process / thesis's 45 it/s = {:.1}; durable gRPC / in-process = {:.2}",
-        in_process / 45.0,
-        over_grpc / in_process
-    );
+    for (chains, ratio) in ratios {
+        println!("{chains} chain(s): durable gRPC / in-process = {ratio:.2}");
+    }
 }
 
 /// The gaussian GLM (d = 3) at nᵢ = 10⁴ and 10⁶: the sufficient-statistics variant against

@@ -810,7 +810,9 @@ fn one_per_frame(steps: Vec<pb::StepRequest>) -> impl futures::Stream<Item = pb:
 }
 
 /// The replies of each frame, in order, until the stream ends.
-async fn replies_of(mut replies: tonic::Streaming<pb::StepReplies>) -> Vec<Vec<pb::step_reply::Result>> {
+async fn replies_of(
+    mut replies: tonic::Streaming<pb::StepReplies>,
+) -> Vec<Vec<pb::step_reply::Result>> {
     let mut got = Vec::new();
     while let Some(r) = replies.message().await.unwrap() {
         got.push(r.replies.into_iter().map(|r| r.result.unwrap()).collect());
@@ -923,7 +925,11 @@ async fn a_frame_answers_every_chain_as_alone() {
     assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [7, 4, 1025]);
     let (first, replayed) = value(&got[0][1]);
     assert!(!replayed);
-    assert_eq!(value(&got[0][4]), (first, true), "the same step again: its stored answer");
+    assert_eq!(
+        value(&got[0][4]),
+        (first, true),
+        "the same step again: its stored answer"
+    );
     assert!(!value(&got[0][0]).1 && !value(&got[0][3]).1);
     assert_eq!(code(&got[0][2]), Code::InvalidArgument);
     assert_eq!(code(&got[0][5]), Code::InvalidArgument, "chain 9 of 4");

@@ -182,7 +182,10 @@ async fn frames(client: Client, deadlines: Deadlines, mut queue: mpsc::Unbounded
             let more = match queue.try_recv() {
                 Ok(more) => Some(more),
                 Err(_) if frame.steps.len() >= expected => None,
-                Err(_) => tokio::time::timeout(LINGER, queue.recv()).await.ok().flatten(),
+                Err(_) => tokio::time::timeout(LINGER, queue.recv())
+                    .await
+                    .ok()
+                    .flatten(),
             };
             match more {
                 Some(Framed::Step(ref request, _)) if !frame.fits(request) => {

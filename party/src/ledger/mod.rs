@@ -429,7 +429,9 @@ impl Ledger {
             let conn = self.conn.lock().expect("ledger lock");
             vec![write_entry(&conn, &entry).map_err(|e| storage(&self.path, e))]
         };
-        self.committing(write).pop().expect("one entry, one outcome")
+        self.committing(write)
+            .pop()
+            .expect("one entry, one outcome")
     }
 
     /// Runs a commit, off the worker when it fsyncs (moving the worker aside costs a thread
@@ -483,10 +485,7 @@ impl Ledger {
     /// savepoint so that a refused insert fails only its own release. A caller whose releases
     /// another caller committed takes those outcomes; none is answered before the
     /// transaction holding its release is on disk.
-    pub async fn record_releases(
-        &self,
-        records: &[ReleaseRecord],
-    ) -> Vec<Result<(), LedgerError>> {
+    pub async fn record_releases(&self, records: &[ReleaseRecord]) -> Vec<Result<(), LedgerError>> {
         if records.is_empty() {
             return Vec::new();
         }

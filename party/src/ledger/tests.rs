@@ -180,8 +180,9 @@ fn concurrent_releases_commit_together_and_fail_alone() {
                     // Odd chains record their steps two at a time, as frames do.
                     let each = if chain % 2 == 1 { 2 } else { 1 };
                     for first in (0..50).step_by(each) {
-                        let records: Vec<_> =
-                            (first..first + each as u64).map(|step| release("r", chain, step)).collect();
+                        let records: Vec<_> = (first..first + each as u64)
+                            .map(|step| release("r", chain, step))
+                            .collect();
                         out.extend(ledger.record_releases(&records).await);
                     }
                     // A duplicate of a recorded step, refused by the key.

@@ -289,11 +289,12 @@ impl PartyNode {
         for i in order {
             let (key, query) = &requests[i];
             let run = runs[i].as_deref().expect("a known run");
-            let again = pending.iter().any(|(p, r)| {
-                std::ptr::eq(p.run, run) && r.chain == key.chain
-            });
+            let again = pending
+                .iter()
+                .any(|(p, r)| std::ptr::eq(p.run, run) && r.chain == key.chain);
             if again {
-                self.charge(std::mem::take(&mut pending), &mut answers).await;
+                self.charge(std::mem::take(&mut pending), &mut answers)
+                    .await;
             }
             match self.prepare(i, key, *query, run).await {
                 Ok(Prepared::Answered(c)) => answers[i] = Some(Ok(c)),
