@@ -63,8 +63,16 @@ use super::{AccountantError, check_delta, check_epsilon, check_noise_multiplier}
 use crate::neighbours::Neighbours;
 use mechanism::{Direction, Profile, SubsampledGaussian, SymmetrisedSubsample, connect_the_dots};
 
-/// The most grid points a discretised PLD or an FFT may have (2^26 f64 = 512 MiB).
-const MAX_GRID_POINTS: u64 = 1 << 26;
+/// The most grid points a discretised PLD or an FFT may have by default (3·2^20: about 150
+/// MB at the peak of a composition). It bounds a calibration's time and memory: every plan of
+/// up to 10⁶ subsampled releases at ε ≤ 10 fits (1–2.3 s, 150 MB), while 8·10⁴ releases at
+/// ε = 1 800 would need 2^26 points (76 s, 1.3 GB a calibration): such a PLD is refused,
+/// and the tightest of the other accountants answers ([`Choice::Best`](super::Choice)).
+pub const DEFAULT_MAX_GRID_POINTS: u64 = 3 << 20;
+
+fn default_max_grid_points() -> u64 {
+    DEFAULT_MAX_GRID_POINTS
+}
 
 /// Invalid input to the PLD accountant.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -90,9 +98,9 @@ pub enum PldError {
     )]
     InvalidPmf,
     #[error(
-        "the PLD would need {0} grid points, more than the limit of {MAX_GRID_POINTS}; use a coarser discretisation interval"
+        "the PLD would need {0} grid points, more than its limit of {1}; use another accountant, or a coarser discretisation interval"
     )]
-    TooManyGridPoints(u64),
+    TooManyGridPoints(u64, u64),
 }
 
 /// Discretisation and truncation settings; the defaults are dp_accounting's.
@@ -109,6 +117,9 @@ pub struct PldConfig {
     /// Mass a composition may cut from its two tails together (default 1e-15), moved
     /// pessimistically (low tail onto the lowest kept loss, high tail to +∞).
     pub tail_mass_truncation: f64,
+    /// The most grid points a PLD or an FFT may have ([`DEFAULT_MAX_GRID_POINTS`]).
+    #[serde(default = "default_max_grid_points")]
+    pub max_grid_points: u64,
 }
 
 impl Default for PldConfig {
@@ -117,6 +128,7 @@ impl Default for PldConfig {
             value_discretization_interval: 1e-4,
             log_mass_truncation_bound: -50.0,
             tail_mass_truncation: 1e-15,
+            max_grid_points: DEFAULT_MAX_GRID_POINTS,
         }
     }
 }
@@ -326,8 +338,11 @@ impl Pld {
         let i_lo = (loss_lo / d).floor();
         let i_hi = (loss_hi / d).ceil();
         let n = i_hi - i_lo + 1.0;
-        if !n.is_finite() || n > MAX_GRID_POINTS as f64 {
-            return Err(PldError::TooManyGridPoints(n.min(u64::MAX as f64) as u64));
+        if !n.is_finite() || n > config.max_grid_points as f64 {
+            return Err(PldError::TooManyGridPoints(
+                n.min(u64::MAX as f64) as u64,
+                config.max_grid_points,
+            ));
         }
         let offset = i_lo as i64;
         let deltas = (0..n as i64)
@@ -353,7 +368,7 @@ impl Pld {
         let interval = self.interval.min(other.interval);
         let factor = |p: &Pld| (p.interval / interval).round() as usize;
         let (fa, fb) = (factor(self), factor(other));
-        check_size(((self.probs.len() - 1) * fa + (other.probs.len() - 1) * fb + 2) as u64)?;
+        self.check_size(((self.probs.len() - 1) * fa + (other.probs.len() - 1) * fb + 2) as u64)?;
         let probs = fft::convolve(
             &grid::refine(&self.probs, fa),
             &grid::refine(&other.probs, fb),
@@ -362,6 +377,15 @@ impl Pld {
             self.infinity_mass + other.infinity_mass - self.infinity_mass * other.infinity_mass;
         let offset = self.offset * fa as i64 + other.offset * fb as i64;
         Ok(self.truncated(interval, offset, probs, infinity_mass))
+    }
+
+    fn check_size(&self, n: u64) -> Result<(), PldError> {
+        let limit = self.config.max_grid_points;
+        if n > limit {
+            Err(PldError::TooManyGridPoints(n, limit))
+        } else {
+            Ok(())
+        }
     }
 
     /// The PLD of k independent copies: one FFT, its k-th power and one inverse, on a window
@@ -376,7 +400,7 @@ impl Pld {
         }
         let tail = self.config.tail_mass_truncation;
         let (lo, hi) = fft::chernoff_window(&self.probs, k, tail);
-        check_size((hi - lo + 1).max(self.probs.len() as u64))?;
+        self.check_size((hi - lo + 1).max(self.probs.len() as u64))?;
         let mut probs = fft::self_convolve_window(&self.probs, k, lo, hi);
         for p in &mut probs {
             *p = p.max(0.0);
@@ -469,14 +493,6 @@ impl Pld {
         } else {
             ((upper - delta).ln() - scaled.ln() + self.loss(lowest)).max(0.0)
         }
-    }
-}
-
-fn check_size(n: u64) -> Result<(), PldError> {
-    if n > MAX_GRID_POINTS {
-        Err(PldError::TooManyGridPoints(n))
-    } else {
-        Ok(())
     }
 }
 
