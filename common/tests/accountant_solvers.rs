@@ -2,8 +2,8 @@
 //! properties, `best` against each valid accountant, monotonicity, measures' conversions and
 //! refusals.
 use fedmcmc_common::accountant::{
-    Accountant, Choice, Composition, CompositionError, Measure, MechanismKind, Method, Release,
-    StatedError, calibrate, max_releases, zcdp,
+    Accountant, Cancel, Choice, Composition, CompositionError, Measure, MechanismKind, Method,
+    Release, StatedError, calibrate, max_releases, zcdp,
 };
 use fedmcmc_common::neighbours::Neighbours::{self, AddRemove, Substitute};
 
@@ -88,7 +88,13 @@ fn the_fast_gaussian_path_agrees_with_the_integer_search() {
         }
         let none = composition(&[], Substitute);
         let s = Choice::Only(m)
-            .calibrate(&none, MechanismKind::Gaussian, 500, 1.0, 1e-6)
+            .calibrate(
+                &none,
+                MechanismKind::Gaussian,
+                500,
+                (1.0, 1e-6),
+                &Cancel::new(),
+            )
             .unwrap();
         assert_eq!(s.estimate.value, calibrate(a, 500, 1.0, 1e-6).unwrap());
     }
@@ -100,7 +106,7 @@ fn calibrated_noise_fits_and_slightly_less_does_not() {
     for (m, mech, _, nb) in covered() {
         let prefix = composition(&[release(MechanismKind::Gaussian, 40.0, 5.0)], nb);
         let s = Choice::Only(m)
-            .calibrate(&prefix, mech, k, eps, delta)
+            .calibrate(&prefix, mech, k, (eps, delta), &Cancel::new())
             .unwrap()
             .estimate
             .value;

@@ -4,7 +4,9 @@
 //! the first SIGINT or SIGTERM, so the job finishes the steps in flight, closes its run on
 //! every party (unused reservations go back) and writes what it has; a second signal exits
 //! at once, for when a party hangs and the user will not wait.
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use fedmcmc_common::accountant::Cancel;
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -35,9 +37,14 @@ impl std::fmt::Display for Signal {
     }
 }
 
-/// Asks a job to stop after the steps in flight; shared by clones. The first request wins.
+/// Asks a job to stop after the steps in flight; shared by clones. The first request wins,
+/// and cancels the calibrations of the job's in-process parties (a plan of 10⁵ subsampled
+/// releases at a huge ε can take minutes before its run opens).
 #[derive(Clone, Debug, Default)]
-pub struct Stop(Arc<OnceLock<Signal>>);
+pub struct Stop {
+    signal: Arc<OnceLock<Signal>>,
+    calibrations: Arc<Mutex<Vec<Cancel>>>,
+}
 
 impl Stop {
     pub fn new() -> Self {
@@ -45,16 +52,28 @@ impl Stop {
     }
 
     pub fn request(&self, signal: Signal) {
-        let _ = self.0.set(signal);
+        let _ = self.signal.set(signal);
+        for c in self.calibrations.lock().expect("calibrations lock").iter() {
+            c.cancel();
+        }
+    }
+
+    /// Cancels `calibration` on the stop request (at once if it came already).
+    pub fn cancels(&self, calibration: Cancel) {
+        let mut all = self.calibrations.lock().expect("calibrations lock");
+        if self.is_requested() {
+            calibration.cancel();
+        }
+        all.push(calibration);
     }
 
     pub fn is_requested(&self) -> bool {
-        self.0.get().is_some()
+        self.signal.get().is_some()
     }
 
     /// What asked the job to stop, if anything has.
     pub fn signal(&self) -> Option<Signal> {
-        self.0.get().copied()
+        self.signal.get().copied()
     }
 }
 

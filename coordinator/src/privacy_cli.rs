@@ -8,7 +8,8 @@
 use anyhow::{Result, anyhow, bail, ensure};
 use clap::{Args, Subcommand};
 use fedmcmc_common::accountant::{
-    Answer, Choice, Composition, Estimate, MaxReleases, MechanismKind, Release, mu_per_release,
+    Answer, Cancel, Choice, Composition, Estimate, MaxReleases, MechanismKind, Release,
+    mu_per_release,
 };
 use fedmcmc_common::neighbours::Neighbours;
 use serde_json::{Map, Value, json};
@@ -347,9 +348,13 @@ pub fn run(args: &PrivacyArgs) -> Result<Value> {
         } => {
             let kind = mechanism.resolve()?;
             let prefix = method.composition(None)?;
-            let answer = method
-                .accountant
-                .calibrate(&prefix, kind, *releases, *epsilon, *delta)?;
+            let answer = method.accountant.calibrate(
+                &prefix,
+                kind,
+                *releases,
+                (*epsilon, *delta),
+                &Cancel::new(),
+            )?;
             let mut out = mechanism_fields(kind);
             out.insert("releases".into(), json!(releases));
             out.insert("epsilon".into(), json!(epsilon));

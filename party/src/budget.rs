@@ -11,7 +11,7 @@
 //! release subsampled mechanisms; for plain Gaussian releases `best` answers with the exact
 //! analytic curve, so the numbers are those of the μ arithmetic.
 use fedmcmc_common::accountant::{
-    Choice, Composition, CompositionError, MechanismKind, Method, Release, mu_per_release,
+    Cancel, Choice, Composition, CompositionError, MechanismKind, Method, Release, mu_per_release,
 };
 use fedmcmc_common::mechanism::{MAX_RELEASES, accounting_budget};
 use fedmcmc_common::neighbours::Neighbours;
@@ -73,8 +73,8 @@ impl Budget {
                 &nothing,
                 MechanismKind::Gaussian,
                 1,
-                accounting_epsilon,
-                accounting_delta,
+                (accounting_epsilon, accounting_delta),
+                &Cancel::new(),
             )?
             .estimate
             .value;
@@ -135,6 +135,12 @@ impl Budget {
     }
 
     fn cannot_account(&self, e: CompositionError) -> PartyError {
+        if matches!(e, CompositionError::Cancelled) {
+            return PartyError::FailedPrecondition(
+                "the party is stopping: it cut short its calibration of this plan and reserved nothing"
+                    .into(),
+            );
+        }
         PartyError::FailedPrecondition(format!(
             "the party's {} accountant cannot account this plan: {e}",
             self.accountant
@@ -143,7 +149,8 @@ impl Budget {
 
     /// Admits `releases` releases of `mechanism` from a party with `rows` rows on top of the
     /// `committed` composition: iff the accountant's δ at ε of committed-then-plan is within δ.
-    /// A refusal says what is left in one sentence.
+    /// A refusal says what is left in one sentence. A calibration ends early, refused, once
+    /// `cancel` is set (the party is stopping).
     pub fn admit(
         &self,
         committed: &Composition,
@@ -151,6 +158,7 @@ impl Budget {
         releases: u64,
         rows: u64,
         noise: NoiseRequest,
+        cancel: &Cancel,
     ) -> Result<Admission, PartyError> {
         let (epsilon, delta) = (self.accounting_epsilon, self.accounting_delta);
         let sqrt_n = (rows as f64).sqrt();
@@ -210,7 +218,7 @@ impl Budget {
                 }
                 let answer = self
                     .accountant
-                    .calibrate(committed, mechanism, releases, epsilon, delta)
+                    .calibrate(committed, mechanism, releases, (epsilon, delta), cancel)
                     .map_err(cannot_account)?;
                 let s = answer.estimate.value;
                 (s / sqrt_n, s, answer.estimate.method)
@@ -290,7 +298,14 @@ mod tests {
         releases: u64,
         noise: NoiseRequest,
     ) -> Result<Admission, PartyError> {
-        b.admit(committed, MechanismKind::Gaussian, releases, ROWS, noise)
+        b.admit(
+            committed,
+            MechanismKind::Gaussian,
+            releases,
+            ROWS,
+            noise,
+            &Cancel::new(),
+        )
     }
 
     /// The μ arithmetic this module did before it asked the general accountant, as reference:

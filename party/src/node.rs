@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use fedmcmc_common::accountant::{Composition, MechanismKind, Release};
+use fedmcmc_common::accountant::{Cancel, Composition, MechanismKind, Release};
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
@@ -66,6 +66,8 @@ pub struct PartyNode {
     pub(crate) figures: Arc<Mutex<Figures>>,
     /// The TLS identity that signs secure aggregation's session keys; none without TLS.
     pub(crate) identity: Option<Arc<Identity>>,
+    /// Set when the party is asked to stop: a calibration in progress ends, refused.
+    cancel: Cancel,
 }
 
 impl PartyNode {
@@ -160,6 +162,7 @@ impl PartyNode {
                 mu_remaining: 0.0,
             })),
             identity: None,
+            cancel: Cancel::new(),
         };
         let (snapshot, committed) = node.snapshot();
         *node.figures.lock().expect("figures lock") = Figures::of(snapshot, &budget, &committed);
@@ -179,6 +182,14 @@ impl PartyNode {
     pub fn with_identity(mut self, identity: Identity) -> Self {
         self.identity = Some(Arc::new(identity));
         self
+    }
+
+    /// Cancelled, it ends the calibration of any plan in progress, and of every later one,
+    /// refused with nothing reserved: for a party that is stopping (a plan of 10⁵
+    /// subsampled releases at a huge ε can take minutes to calibrate). Steps and closes go
+    /// on.
+    pub fn calibrations(&self) -> Cancel {
+        self.cancel.clone()
     }
 
     /// The same node under the operator's caps and lease instead of the defaults.
@@ -370,9 +381,11 @@ impl PartyNode {
             return Err(PartyError::BudgetExhausted(why));
         }
         let (budget, committed, rows) = (self.budget, self.committed(), self.data.n() as u64);
-        let admitted =
-            crate::accounting(move || budget.admit(&committed, mechanism, reserved, rows, noise))
-                .await?;
+        let cancel = self.cancel.clone();
+        let admitted = crate::accounting(move || {
+            budget.admit(&committed, mechanism, reserved, rows, noise, &cancel)
+        })
+        .await?;
         let run_id = new_run_id()?;
         let terms = match plan.noise {
             NoiseRequest::Tau(tau) if hmc.is_some() => terms(tau, tau * sqrt_n),

@@ -137,7 +137,10 @@ async fn steps(
             .collect()
     } else {
         let parsed: Vec<_> = requests.iter().map(|r| parse_step(node, r)).collect();
-        let valid: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().copied()).collect();
+        let valid: Vec<_> = parsed
+            .iter()
+            .filter_map(|p| p.as_ref().ok().copied())
+            .collect();
         let mut answered = node.steps(&valid).await.into_iter();
         parsed
             .into_iter()
@@ -502,7 +505,8 @@ pub fn service(
     )
 }
 
-/// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown).
+/// Serves until `shutdown` resolves, then finishes the calls in flight (graceful shutdown;
+/// a plan still calibrating is refused at once, [`PartyNode::calibrations`]).
 /// With `tls`, only callers whose certificates chain to its CA complete a handshake
 /// ([`crate::tls::accept`], which logs each refusal); without, plaintext (an operator's
 /// explicit `insecure`, or a test). Plaintext sockets get TCP_NODELAY as TLS ones do.
@@ -548,8 +552,11 @@ async fn serve_grpc(
     let health_service = InterceptedService::new(health_service, ClientCheck::new(allowed));
     health.set_serving::<PartyServer<PartyService>>().await;
     let stopping = Arc::clone(&metrics);
+    let calibrating = Arc::clone(&node);
     let shutdown = async move {
         shutdown.await;
+        // An OpenRun still calibrating would hold the graceful shutdown for its minutes.
+        calibrating.calibrations().cancel();
         stopping.stopping();
         health.set_not_serving::<PartyServer<PartyService>>().await;
     };

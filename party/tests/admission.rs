@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use fedmcmc_common::accountant::{
-    Choice, Composition, GaussianComposition, MechanismKind, Release, max_mu, mu_per_release,
+    Cancel, Choice, Composition, GaussianComposition, MechanismKind, Release, max_mu,
+    mu_per_release,
 };
 use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_common::neighbours::Neighbours;
@@ -231,7 +232,13 @@ async fn open_run_latency() {
                 let choice: Choice = method.parse().unwrap();
                 let start = Instant::now();
                 let answer = choice
-                    .calibrate(&prefix, MechanismKind::Gaussian, 4000, EPSILON, DELTA)
+                    .calibrate(
+                        &prefix,
+                        MechanismKind::Gaussian,
+                        4000,
+                        (EPSILON, DELTA),
+                        &Cancel::new(),
+                    )
                     .unwrap();
                 println!(
                     "   best's {method:>8} candidate: calibrate {:>10.3?} → s = {:.6}",

@@ -23,6 +23,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use super::cancel::Cancel;
 use super::measure::{Measure, StatedError};
 use super::pld::{self, PldConfig, PldError, PldPair};
 use super::rdp::{RdpCurve, RdpError};
@@ -68,6 +69,8 @@ pub enum CompositionError {
     PrefixExceedsBudget,
     #[error("the smallest noise multiplier that fits lies outside [{0:e}, {1:e}]")]
     NoiseOutOfRange(f64, f64),
+    #[error("the calibration was stopped before it finished: the process is shutting down")]
+    Cancelled,
     #[error("unknown accountant '{0}', expected 'analytic', 'zcdp', 'rdp', 'pld' or 'best'")]
     UnknownAccountant(String),
 }
@@ -538,8 +541,8 @@ impl Method {
         prefix: &Composition,
         mechanism: MechanismKind,
         releases: u64,
-        epsilon: f64,
-        delta: f64,
+        (epsilon, delta): (f64, f64),
+        cancel: &Cancel,
     ) -> Result<Estimate<f64>, CompositionError> {
         let n = prefix.neighbours;
         let k = releases as f64;
@@ -558,6 +561,9 @@ impl Method {
                 // Whether δ(ε) with multiplier s is within δ, and ln of their ratio, which is
                 // continuous and decreasing in s, to guide the search.
                 let probe = |s: f64| {
+                    if cancel.is_cancelled() {
+                        return Err(CompositionError::Cancelled);
+                    }
                     let one = self.release_measure(mechanism, s, n)?;
                     let at = start.compose(&one, k)?.delta(epsilon)?;
                     Ok::<_, CompositionError>((at <= delta, at.ln() - delta.ln()))
@@ -708,6 +714,8 @@ impl Choice {
         for &method in methods {
             match solve(method) {
                 Err(e @ CompositionError::Unsupported { .. }) => refusal = Some(e),
+                // Stopped: no answer, not the best of the others.
+                Err(CompositionError::Cancelled) => return Err(CompositionError::Cancelled),
                 outcome => candidates.push(outcome.map_err(|error| Failure { method, error })),
             }
         }
@@ -782,14 +790,15 @@ impl Choice {
 
     /// The smallest noise multiplier with which `releases` releases of `mechanism` fit (ε, δ)
     /// after `prefix`: to the last bit for analytic/zcdp without a prefix, otherwise by
-    /// geometric bisection to a relative 1e-9 (s fits and s/(1 + 1e-9) does not).
+    /// geometric bisection to a relative 1e-9 (s fits and s/(1 + 1e-9) does not). A
+    /// `cancel` set meanwhile ends the search at its next probe.
     pub fn calibrate(
         self,
         prefix: &Composition,
         mechanism: MechanismKind,
         releases: u64,
-        epsilon: f64,
-        delta: f64,
+        (epsilon, delta): (f64, f64),
+        cancel: &Cancel,
     ) -> Result<Answer<f64>, CompositionError> {
         check_epsilon(epsilon)?;
         check_delta(delta)?;
@@ -799,7 +808,7 @@ impl Choice {
         mechanism.validate()?;
         self.answer(
             prefix.gaussian().is_some() && mechanism == MechanismKind::Gaussian,
-            |m| m.calibrate(prefix, mechanism, releases, epsilon, delta),
+            |m| m.calibrate(prefix, mechanism, releases, (epsilon, delta), cancel),
             |a, b| a < b,
         )
     }

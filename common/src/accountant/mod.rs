@@ -11,6 +11,7 @@
 //! (analytic, zCDP, RDP, PLD) into a [`Measure`] with explicit conversions to (ε, δ), and
 //! [`Choice`] (one method, or the tightest valid one) solves for ε, δ, the most releases or
 //! the least noise on any of them, each answer with its [`StatedError`].
+mod cancel;
 mod composition;
 mod gaussian;
 mod measure;
@@ -25,6 +26,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use cancel::Cancel;
 pub use composition::{
     Answer, Choice, Composition, CompositionError, Estimate, Failure, MaxReleases, MechanismKind,
     Method, Release,

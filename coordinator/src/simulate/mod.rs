@@ -231,6 +231,8 @@ struct ServedParty {
     name: String,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// Ends the party's calibration of a plan when the job is asked to stop.
+    calibrations: fedmcmc_common::accountant::Cancel,
 }
 
 /// Writes one party's directory: rows, token, config (relative paths, so it can be served
@@ -311,6 +313,7 @@ async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
     let address = format!("{scheme}://{}", listener.local_addr()?);
     let (stop, stopped) = oneshot::channel::<()>();
     let token = opened.token.clone();
+    let calibrations = opened.node.calibrations();
     let tls = config.tls.clone();
     let task = tokio::spawn(async move {
         fedmcmc_party::service::serve(
@@ -331,6 +334,7 @@ async fn serve_party(config: &PartyConfig) -> anyhow::Result<ServedParty> {
         name: config.name.clone(),
         stop,
         task,
+        calibrations,
     })
 }
 
@@ -450,7 +454,9 @@ async fn federate(
             let path = dir.join("party.toml");
             PartyConfig::load(&path).map_err(|e| anyhow::anyhow!("party {name}: {e}"))?
         };
-        served.push(serve_party(&config).await?);
+        let party = serve_party(&config).await?;
+        stop.cancels(party.calibrations.clone());
+        served.push(party);
     }
     let mut handles = Vec::with_capacity(served.len());
     for p in &served {
