@@ -336,3 +336,35 @@ fn releases_parse_from_their_spec() {
         Err(CompositionError::UnknownAccountant(_))
     ));
 }
+
+/// A cancelled calibration gives no answer, from any accountant that searches, and `best`
+/// does not answer with another method's result instead; the closed form (plain Gaussian,
+/// nothing before) needs no search and still answers.
+#[test]
+fn a_cancelled_calibration_gives_no_answer() {
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let prefix = composition(&[release(MechanismKind::Gaussian, 40.0, 5.0)], AddRemove);
+    let subsampled = POISSON;
+    for choice in [
+        Choice::Best,
+        Choice::Only(Method::Pld),
+        Choice::Only(Method::Rdp),
+    ] {
+        for (prefix, mechanism) in [
+            (&prefix, MechanismKind::Gaussian),
+            (&prefix, subsampled),
+            (&composition(&[], AddRemove), subsampled),
+        ] {
+            let got = choice.calibrate(prefix, mechanism, 1000, (1.0, 1e-6), &cancel);
+            assert!(
+                matches!(got, Err(CompositionError::Cancelled)),
+                "{choice:?} {mechanism:?}: {got:?}"
+            );
+        }
+    }
+    let none = composition(&[], Substitute);
+    Choice::Best
+        .calibrate(&none, MechanismKind::Gaussian, 1000, (1.0, 1e-6), &cancel)
+        .unwrap();
+}

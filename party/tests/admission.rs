@@ -249,3 +249,31 @@ async fn open_run_latency() {
         }
     }
 }
+
+/// A party asked to stop refuses the plan it would calibrate, at once and with nothing
+/// reserved, whichever accountant it uses: after one run is open (so the calibration must
+/// search rather than use the closed form), a calibrated plan is refused with a sentence
+/// saying why, the committed ε is unchanged, and a plan at a given τ (no search) still opens.
+#[tokio::test]
+async fn a_stopping_party_refuses_the_plan_it_calibrates_and_reserves_nothing() {
+    for accountant in ["best", "pld", "rdp"] {
+        let (node, fp) = party(accountant);
+        open(&node, &fp, 1, 100, NoiseRequest::Tau(tau_for(100, 0.3)))
+            .await
+            .unwrap();
+        node.calibrations().cancel();
+        let before = node.describe().epsilon_committed;
+        let err = open(&node, &fp, 1, 1000, NoiseRequest::Calibrate)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PartyError::FailedPrecondition(_)), "{err}");
+        assert!(
+            err.to_string().contains("the party is stopping"),
+            "{accountant}: {err}"
+        );
+        assert_eq!(node.describe().epsilon_committed, before, "{accountant}");
+        open(&node, &fp, 1, 10, NoiseRequest::Tau(tau_for(10, 0.1)))
+            .await
+            .unwrap();
+    }
+}
