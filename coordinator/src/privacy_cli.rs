@@ -347,6 +347,11 @@ pub fn run(args: &PrivacyArgs) -> Result<Value> {
             method,
         } => {
             let kind = mechanism.resolve()?;
+            // Any multiplier "fits" a mechanism that ignores it: say so instead.
+            ensure!(
+                !matches!(kind, MechanismKind::DpBarker { .. }),
+                "DP Barker's noise is fixed by its total variance C (Räisä 2020, Thm 3.3), so there is no noise multiplier to calibrate: `privacy epsilon` gives what K releases cost, `privacy max-iterations` how many fit"
+            );
             let prefix = method.composition(None)?;
             let answer = method.accountant.calibrate(
                 &prefix,

@@ -366,7 +366,7 @@ fn heterogeneous_releases_with_the_best_accountant() {
 
 #[test]
 fn invalid_combinations_are_refused_with_one_sentence() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &[
                 "privacy",
@@ -437,6 +437,27 @@ fn invalid_combinations_are_refused_with_one_sentence() {
             ],
             "error: invalid value 'mechanism=gaussian,count=3' for '--release <SPEC>': a \
              release needs the field 'noise-multiplier'",
+        ),
+        (
+            &[
+                "privacy",
+                "calibrate",
+                "--mechanism",
+                "dp-barker",
+                "--batch",
+                "433",
+                "--population",
+                "33333",
+                "--releases",
+                "1000",
+                "--epsilon",
+                "10",
+                "--delta",
+                "1e-6",
+            ],
+            "error: DP Barker's noise is fixed by its total variance C (Räisä 2020, Thm 3.3), \
+             so there is no noise multiplier to calibrate: `privacy epsilon` gives what K \
+             releases cost, `privacy max-iterations` how many fit",
         ),
     ];
     for (args, want) in cases {
