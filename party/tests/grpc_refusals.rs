@@ -227,6 +227,14 @@ async fn open(
 }
 
 /// A log-likelihood-ratio step request.
+/// Closes `run_id` and returns the releases it was charged.
+async fn releases_at_close(c: &mut Client, run_id: &str) -> u64 {
+    let request = pb::CloseRunRequest {
+        run_id: run_id.into(),
+    };
+    c.close_run(request).await.unwrap().into_inner().releases
+}
+
 fn step_request(
     run_id: &str,
     chain: u32,
@@ -529,14 +537,7 @@ async fn over_budget_open_run_is_refused_with_what_is_left() {
             .await
             .unwrap();
     }
-    let closed = c
-        .close_run(pb::CloseRunRequest {
-            run_id: first.run_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(closed.releases, 2);
+    assert_eq!(releases_at_close(&mut c, &first.run_id).await, 2);
     assert!(committed(&mut c).await < 1.0);
     assert!(
         open(&mut c, &party.fingerprint, plan(1, 1, calibrate()))
@@ -591,14 +592,7 @@ async fn replayed_step_returns_the_stored_answer_and_is_charged_once() {
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     // Charged once per step: two releases in all.
-    let closed = c
-        .close_run(pb::CloseRunRequest {
-            run_id: grant.run_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(closed.releases, 2);
+    assert_eq!(releases_at_close(&mut c, &grant.run_id).await, 2);
     // A closed run answers nothing new.
     let err = llr(&mut c, &grant.run_id, 0, 0, TH.to_vec(), PROP.to_vec())
         .await
@@ -940,14 +934,7 @@ async fn a_frame_answers_every_chain_as_alone() {
         assert!(!value(r).1);
     }
     assert!(got[2].iter().all(|r| code(r) == Code::ResourceExhausted));
-    let closed = c
-        .close_run(pb::CloseRunRequest {
-            run_id: grant.run_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(closed.releases, 6);
+    assert_eq!(releases_at_close(&mut c, &grant.run_id).await, 6);
     party.stop().await;
 }
 

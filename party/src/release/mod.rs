@@ -362,7 +362,7 @@ impl PartyNode {
             query.released_len(),
         )?;
         // Secure aggregation: the run must be joined, and every party adds the same share.
-        let secure = match session(&run, key.run_id)? {
+        let secure = match session(run, key.run_id)? {
             Some(aggregation) => {
                 let joined = aggregation.joined()?;
                 let multipliers = (joined.multiplier, joined.gradient_multiplier);
