@@ -199,15 +199,17 @@ async fn frames(client: Client, deadlines: Deadlines, mut queue: mpsc::Unbounded
         if !frame.steps.is_empty() {
             expected = frame.steps.len();
             let (requests, replies): (Vec<_>, Vec<_>) = frame.steps.into_iter().unzip();
-            let answered =
-                tokio::time::timeout(deadlines.attempt, exchange(&client, &mut stream, requests))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Status::deadline_exceeded(format!(
-                            "no answer within {}",
-                            shown(deadlines.attempt)
-                        )))
-                    });
+            let answered = tokio::time::timeout(
+                deadlines.attempt,
+                send_frame(&client, &mut stream, requests),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "no answer within {}",
+                    shown(deadlines.attempt)
+                )))
+            });
             match answered {
                 Ok(answers) => {
                     for (reply, answer) in replies.into_iter().zip(answers) {
@@ -264,7 +266,7 @@ impl Frame {
 
 /// Sends one frame on the stream (opening it if needed) and waits for its replies, one per
 /// step. A failure leaves the caller to drop the stream.
-async fn exchange(
+async fn send_frame(
     client: &Client,
     slot: &mut Option<StepStream>,
     steps: Vec<pb::StepRequest>,
