@@ -22,6 +22,43 @@ pub fn iterations_that_fit(party: &PartyInfo, variant: &Variant, tau: f64) -> Op
     Some((party.mu_remaining / per_iteration).floor() as u64)
 }
 
+/// The choices [`plan`] refuses without asking any party: no chains, a τ that is not a
+/// positive number, a τ or iterations the variant cannot take. A job makes these checks
+/// before it writes or opens anything.
+pub fn check(
+    variant: &Variant,
+    chains: u32,
+    tau: Option<f64>,
+    iterations: Option<u64>,
+) -> Result<(), String> {
+    if chains == 0 {
+        return Err("a job needs at least one chain, got 0".into());
+    }
+    if let Some(t) = tau
+        && !(t.is_finite() && t > 0.0)
+    {
+        return Err(format!("tau must be a positive number, got {t}"));
+    }
+    match (variant, tau, iterations) {
+        (Variant::Penalty | Variant::SufficientStatistics, None, None) => {
+            Err("give --tau, --iterations, or both".into())
+        }
+        (Variant::Penalty | Variant::SufficientStatistics, ..)
+        | (Variant::Hmc { .. }, Some(_), _) => Ok(()),
+        (Variant::Hmc { .. }, None, _) => Err(
+            "the hmc variant needs --tau for its ratio releases: the parties do not calibrate its two noises (--gradient-tau sets the other)".into(),
+        ),
+        (Variant::Barker { .. }, Some(t), _) => Err(format!(
+            "the barker variant's noise is its total variance C, not a tau ({t}): leave --tau out"
+        )),
+        (_, _, None) => Err(format!(
+            "the {} variant needs --iterations: each party's accountant then checks that its subsampled releases fit (and calibrates the noise unless --tau is given)",
+            variant.name()
+        )),
+        (_, _, Some(_)) => Ok(()),
+    }
+}
+
 /// Chooses iterations per chain and the noise, or says why nothing fits. The closed form
 /// above covers the full-data variant; the subsampled ones are planned by the parties'
 /// accountants at OpenRun, so they need the iterations (DP Barker's noise is fixed by C).
@@ -32,37 +69,9 @@ pub fn plan(
     tau: Option<f64>,
     iterations: Option<u64>,
 ) -> Result<Planned, String> {
-    if chains == 0 {
-        return Err("a job needs at least one chain, got 0".into());
-    }
-    if let Some(t) = tau
-        && !(t.is_finite() && t > 0.0)
-    {
-        return Err(format!("tau must be a positive number, got {t}"));
-    }
-    match (variant, tau, iterations) {
-        (Variant::Penalty | Variant::SufficientStatistics, ..)
-        | (Variant::Hmc { .. }, Some(_), _) => {}
-        (Variant::Hmc { .. }, None, _) => {
-            return Err(
-                "the hmc variant needs --tau for its ratio releases: the parties do not calibrate its two noises (--gradient-tau sets the other)".into(),
-            );
-        }
-        (Variant::Barker { .. }, Some(t), _) => {
-            return Err(format!(
-                "the barker variant's noise is its total variance C, not a tau ({t}): leave --tau out"
-            ));
-        }
-        (_, _, None) => {
-            return Err(format!(
-                "the {} variant needs --iterations: each party's accountant then checks that its subsampled releases fit (and calibrates the noise unless --tau is given)",
-                variant.name()
-            ));
-        }
-        (_, _, Some(_)) => {}
-    }
+    check(variant, chains, tau, iterations)?;
     match (tau, iterations) {
-        (None, None) => Err("give --tau, --iterations, or both".into()),
+        (None, None) => unreachable!("refused by check"),
         (None, Some(iterations)) => Ok(Planned {
             iterations,
             noise: NoiseChoice::Calibrate,

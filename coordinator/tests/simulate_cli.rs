@@ -4,6 +4,11 @@
 use std::process::Command;
 
 fn refused(args: &[&str], says: &str) {
+    refused_with(args, says, 2);
+}
+
+/// [`refused`], with `code` (1 for a refusal of the job's plan rather than of a flag).
+fn refused_with(args: &[&str], says: &str, code: i32) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let output = Command::new(env!("CARGO_BIN_EXE_coordinator"))
@@ -14,7 +19,7 @@ fn refused(args: &[&str], says: &str) {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
     assert!(stderr.contains(says), "{args:?}: {stderr}");
     assert!(!out.exists(), "{args:?}: nothing is written");
 }
@@ -35,6 +40,18 @@ fn impossible_flags_are_refused_before_anything_is_written() {
         "a simulation makes 1 to 100000000 rows, held in memory",
     );
     refused(&["--rows", "0"], "0 rows: a simulation makes 1 to");
+    // A plan the variant cannot take, refused before the parties' directories are written
+    // (the directory left behind once blocked the same --out).
+    refused_with(
+        &["--variant", "barker"],
+        "the barker variant needs --iterations",
+        1,
+    );
+    refused_with(
+        &["--variant", "barker", "--tau", "0.1", "--iterations", "10"],
+        "the barker variant's noise is its total variance C, not a tau (0.1)",
+        1,
+    );
 }
 
 /// A simulate config gives a full model as a `[model]` table, as a run config does (its

@@ -25,6 +25,7 @@ use crate::output::{self, Report, summary::ExactReference};
 use crate::presets::Preset;
 
 mod args;
+use crate::planning;
 use crate::variant::{HmcOptions, Variant, VariantName};
 pub use args::SimulateArgs;
 use args::{config_file, merge};
@@ -175,6 +176,11 @@ impl Simulation {
             Variant::Hmc { .. } => Some(0.1),
             _ => None,
         };
+        let (chains, tau) = (args.chains.unwrap_or(4), args.tau.or(default_tau));
+        // Refused before the parties' directories are written (the job plans again later).
+        if variant.per_iteration() {
+            planning::check(&variant, chains, tau, iterations).map_err(anyhow::Error::msg)?;
+        }
         Ok(Simulation {
             spec,
             rows,
@@ -185,9 +191,9 @@ impl Simulation {
                 aggregation: args.aggregation.unwrap_or_default(),
                 collusion: args.collusion.unwrap_or(0),
                 variant,
-                chains: args.chains.unwrap_or(4),
+                chains,
                 iterations,
-                tau: args.tau.or(default_tau),
+                tau,
                 warmup: args.warmup,
                 clip,
                 proposal,
