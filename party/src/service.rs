@@ -555,7 +555,7 @@ async fn serve_grpc(
     let calibrating = Arc::clone(&node);
     let shutdown = async move {
         shutdown.await;
-        // An OpenRun still calibrating would hold the graceful shutdown for its minutes.
+        // An OpenRun still calibrating would hold the graceful shutdown for its seconds.
         calibrating.calibrations().cancel();
         stopping.stopping();
         health.set_not_serving::<PartyServer<PartyService>>().await;

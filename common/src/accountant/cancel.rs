@@ -1,6 +1,6 @@
-//! Ending a long calibration early. A numerical accountant may search for minutes over a
-//! huge plan (each PLD probe of 8·10⁴ subsampled releases at ε ≈ 2 000 takes seconds); a
-//! process asked to stop must not wait for it. The search checks its [`Cancel`] before every
+//! Ending a long calibration early. A numerical accountant may search for seconds over a
+//! large plan (10⁶ subsampled releases at ε = 100: 8 s under the PLD's grid cap, minutes
+//! without it); a process asked to stop must not wait for it. The search checks its [`Cancel`] before every
 //! probe and gives up with [`CompositionError::Cancelled`](super::CompositionError::Cancelled),
 //! before anything is reserved.
 use std::sync::Arc;
