@@ -128,11 +128,13 @@ impl Tries {
 }
 
 /// A failure a retry may cure: the party unreachable or restarting (UNAVAILABLE), the
-/// deadline passed, or the connection broken mid-call (UNKNOWN, as tonic reports a reset).
+/// deadline passed, or the connection broken mid-call (UNKNOWN, as tonic reports a reset,
+/// or CANCELLED, as it reports a call started on a connection that has just closed: seen
+/// when a party was killed between two step frames). No party refuses with these codes.
 pub(super) fn transient(s: &Status) -> bool {
     matches!(
         s.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
     )
 }
 
