@@ -271,7 +271,7 @@ async fn federations(s: &Setting, dir: &std::path::Path, iterations: u64) {
         for (name, (per_chain, total)) in [
             ("in-process (in-memory ledgers)", in_process),
             ("gRPC loopback (in-memory ledgers)", over_grpc),
-            ("gRPC loopback (durable fsync'd ledgers)", durable),
+            ("gRPC loopback (durable ledgers)", durable),
         ] {
             println!("{name:<44} {chains:>8} {per_chain:>14.0} {total:>12.0}");
         }
@@ -349,7 +349,7 @@ async fn hmc(s: &Setting, dir: &std::path::Path, iterations: u64) {
         });
         for (name, rate) in [
             ("in-process (in-memory ledgers)", in_process),
-            ("gRPC loopback (durable fsync'd ledgers)", over_grpc),
+            ("gRPC loopback (durable ledgers)", over_grpc),
         ] {
             println!(
                 "{name:<44} {chains:>8} {rate:>14.0} {:>14.3e}",

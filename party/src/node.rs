@@ -23,7 +23,7 @@ use crate::ledger::{
 use crate::noise::NoiseSource;
 use crate::plan::Checked;
 pub use crate::plan::{HmcPlan, Plan};
-use crate::runs::{RunState, Runs, closed_releases, recorded_release, reservation};
+use crate::runs::{RunState, Runs, closed_releases, recorded_release};
 use crate::secure::Announcement;
 pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
@@ -308,6 +308,12 @@ impl PartyNode {
                 "run {run_id} was closed after {idle_seconds} s idle (the party's lease); \
                  open a new run"
             )),
+            Some(ClosedBy::Restart) => PartyError::FailedPrecondition(format!(
+                "run {run_id} was open when this party's machine stopped without a clean stop \
+                 of its ledger; it is closed and charged its whole plan (releases not yet on \
+                 disk may be missing, and none may be made again with fresh noise); open a \
+                 new run"
+            )),
             None => PartyError::NotFound(format!("no run with id {run_id:?} on this party")),
         })
     }
@@ -357,7 +363,7 @@ impl PartyNode {
         // the one Gaussian release each is equivalent to (`reservation`).
         let (reserved, noise) = match (hmc, noise) {
             (Some(_), NoiseRequest::Tau(tau)) => {
-                let (units, s) = reservation(&terms(tau, tau * sqrt_n));
+                let (units, s) = terms(tau, tau * sqrt_n).reservation();
                 (units, NoiseRequest::Tau(s / sqrt_n))
             }
             _ => (releases, noise),

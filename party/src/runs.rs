@@ -74,7 +74,7 @@ impl RunState {
             record.terms.planned_releases,
         )?;
         if let Some(h) = record.terms.hmc {
-            let (units, s) = reservation(&record.terms);
+            let (units, s) = record.terms.reservation();
             for (multiplier, count) in [(h.gradient_multiplier, 1), (s, units)] {
                 recorded_release(
                     &format!("run {}", record.run_id),
@@ -122,7 +122,7 @@ impl RunState {
     /// reserved until its close completes).
     pub(crate) fn charged(&self) -> Release {
         let (count, noise_multiplier) = match self.terms.hmc {
-            Some(_) => reservation(&self.terms),
+            Some(_) => self.terms.reservation(),
             None if self.closed.load(Ordering::SeqCst) => (
                 self.released.load(Ordering::SeqCst),
                 self.terms.noise_multiplier,
@@ -157,22 +157,6 @@ impl RunState {
             }
             None => vec![(self.terms.noise_multiplier, released)],
         }
-    }
-}
-
-/// A DP HMC run's plan as the accountant reserves it: each iteration's ratio release at
-/// multiplier s_l and L + 1 gradient releases at s_g compose exactly as one Gaussian release
-/// at s with 1/s² = 1/s_l² + (L + 1)/s_g² (their privacy-loss distributions are Gaussian and
-/// add, Räisä 2020, Thm 4.3; Rényi divergences add alike), one per planned iteration. Other
-/// runs reserve their planned releases at their multiplier.
-pub(crate) fn reservation(terms: &RunTerms) -> (u64, f64) {
-    match terms.hmc {
-        Some(h) => {
-            let gradients = (h.leapfrog_steps as f64 + 1.0) / h.gradient_multiplier.powi(2);
-            let s = (terms.noise_multiplier.powi(-2) + gradients).sqrt().recip();
-            (terms.planned_releases / terms.releases_per_iteration(), s)
-        }
-        None => (terms.planned_releases, terms.noise_multiplier),
     }
 }
 

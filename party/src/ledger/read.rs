@@ -89,16 +89,19 @@ pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecor
     Ok(runs)
 }
 
-/// Closed runs: ids and reasons, and their charged releases (not the public ones) summed per
-/// (variant, noise multiplier) in one GROUP BY. A release's multiplier is its run's (the
-/// release path copies it).
+/// Closed runs: ids and reasons, and their charge: their charged releases (not the public
+/// ones) summed per (variant, noise multiplier) in one GROUP BY (a release's multiplier is
+/// its run's: the release path copies it), and the whole plan of each run closed at it.
 pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
-    let mut stmt = conn.prepare("SELECT run_id, closed_idle_seconds FROM runs WHERE closed = 1")?;
+    let mut stmt = conn.prepare(
+        "SELECT run_id, closed_idle_seconds, closed_at_plan FROM runs WHERE closed = 1",
+    )?;
     let runs = stmt
         .query_map([], |r| {
-            let by = match r.get::<_, Option<i64>>(1)? {
-                None => ClosedBy::CloseRun,
-                Some(s) => ClosedBy::Lease {
+            let by = match (r.get::<_, Option<i64>>(1)?, r.get::<_, Option<i64>>(2)?) {
+                (_, Some(1)) => ClosedBy::Restart,
+                (None, _) => ClosedBy::CloseRun,
+                (Some(s), _) => ClosedBy::Lease {
                     idle_seconds: s as u64,
                 },
             };
@@ -110,10 +113,10 @@ pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns
                 json_extract(runs.terms, '$.batch_size'), json_extract(runs.terms, '$.population'),
                 COUNT(*)
          FROM releases JOIN runs ON runs.run_id = releases.run_id
-         WHERE runs.closed = 1 AND releases.mechanism <> ?1
+         WHERE runs.closed = 1 AND runs.closed_at_plan IS NOT 1 AND releases.mechanism <> ?1
          GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
     )?;
-    let charges = stmt
+    let mut charges: Vec<ClosedCharge> = stmt
         .query_map([PUBLIC_MECHANISM], |r| {
             Ok(ClosedCharge {
                 variant: r.get(0)?,
@@ -124,6 +127,18 @@ pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns
             })
         })?
         .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare("SELECT terms FROM runs WHERE closed = 1 AND closed_at_plan = 1")?;
+    for terms in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        let terms = terms_from_json(0, &terms?)?;
+        let (releases, noise_multiplier) = terms.reservation();
+        charges.push(ClosedCharge {
+            variant: terms.variant,
+            noise_multiplier,
+            batch_size: terms.batch_size,
+            population: terms.population,
+            releases,
+        });
+    }
     Ok(ClosedRuns { runs, charges })
 }
 
@@ -144,19 +159,24 @@ pub(super) fn answer(conn: &Connection, run_id: &str) -> rusqlite::Result<Option
     .optional()
 }
 
-/// A closed run's terms and its charged (not public) releases per noise multiplier, ascending.
+/// A closed run's terms and its charged (not public) releases per noise multiplier, ascending;
+/// for a run closed at its whole plan, the plan.
 pub(super) fn released(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunReleases>> {
-    let Some(terms) = conn
+    let Some((terms, at_plan)) = conn
         .query_row(
-            "SELECT terms FROM runs WHERE run_id = ?1 AND closed = 1",
+            "SELECT terms, closed_at_plan IS 1 FROM runs WHERE run_id = ?1 AND closed = 1",
             params![run_id],
-            |r| r.get::<_, String>(0),
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, bool>(1)?)),
         )
         .optional()?
     else {
         return Ok(None);
     };
     let terms = terms_from_json(0, &terms)?;
+    if at_plan {
+        let (releases, multiplier) = terms.reservation();
+        return Ok(Some((terms, vec![(multiplier, releases)])));
+    }
     let mut stmt = conn.prepare(
         "SELECT noise_multiplier, COUNT(*) FROM releases
          WHERE run_id = ?1 AND mechanism <> ?2 GROUP BY 1 ORDER BY 1",

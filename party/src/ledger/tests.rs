@@ -229,3 +229,113 @@ fn a_refused_release_in_a_batch_fails_alone() {
         .unwrap();
     assert_eq!(rows, 3);
 }
+
+impl Ledger {
+    /// Drops the ledger as a machine crash would: without its clean stop.
+    fn crash(mut self) {
+        self.relaxed = false;
+    }
+
+    fn synchronous(&self) -> i64 {
+        let conn = self.conn.lock().unwrap();
+        conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    }
+}
+
+/// A run of 10 planned releases with 3 made, on boot `boot`, then stopped by `stop`.
+fn three_of_ten(path: &Path, boot: Option<&str>, stop: fn(Ledger)) {
+    let (ledger, _) = Ledger::open_at_boot(path, boot.map(str::to_string)).unwrap();
+    let terms: RunTerms = serde_json::from_value(serde_json::json!({
+        "variant": "full-penalty", "chains": 1, "steps_per_chain": 10, "planned_releases": 10,
+        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
+    }))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(ledger.open_run("r", &terms)).unwrap();
+    let records: Vec<_> = (0..3).map(|step| release("r", 0, step)).collect();
+    let outcomes = runtime.block_on(ledger.record_releases(&records));
+    assert!(outcomes.iter().all(Result::is_ok));
+    stop(ledger);
+}
+
+/// Opened on another boot after a stop that was not clean (the machine crashed), a run left
+/// open is closed and charged its whole plan: releases not yet fsync'd may be missing, and
+/// none of its steps is answered again.
+#[test]
+fn after_a_machine_crash_open_runs_are_charged_their_whole_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    three_of_ten(&path, Some("boot-a"), Ledger::crash);
+    let (ledger, open) = Ledger::open_at_boot(&path, Some("boot-b".into())).unwrap();
+    assert!(open.is_empty(), "the run is closed");
+    let closed = ledger.closed_runs().unwrap();
+    assert_eq!(closed.runs, HashMap::from([("r".into(), ClosedBy::Restart)]));
+    assert_eq!(
+        closed.charges,
+        vec![ClosedCharge {
+            variant: "full-penalty".into(),
+            noise_multiplier: 1.0,
+            batch_size: None,
+            population: None,
+            releases: 10,
+        }]
+    );
+    let (_, released) = ledger.released("r").unwrap().unwrap();
+    assert_eq!(released, vec![(1.0, 10)]);
+    // Closed once: a later clean stop and restart leave it so.
+    drop(ledger);
+    let (ledger, open) = Ledger::open_at_boot(&path, Some("boot-c".into())).unwrap();
+    assert!(open.is_empty());
+    assert_eq!(ledger.closed_runs().unwrap().charges[0].releases, 10);
+}
+
+/// The party's process dying (kill -9) loses no release that was committed: the kernel
+/// still holds it. On the same boot the run stays open with its releases, as after a clean
+/// stop on any boot, and as on a ledger of a version that fsync'd every release.
+#[test]
+fn a_process_crash_or_a_clean_stop_keeps_runs_open() {
+    for (first, stop, second) in [
+        (Some("boot-a"), Ledger::crash as fn(Ledger), Some("boot-a")),
+        (Some("boot-a"), drop::<Ledger>, Some("boot-b")),
+        (None, Ledger::crash, Some("boot-b")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        three_of_ten(&path, first, stop);
+        let (ledger, open) = Ledger::open_at_boot(&path, second.map(str::to_string)).unwrap();
+        assert_eq!(open.len(), 1, "{first:?} then {second:?}");
+        assert_eq!(open[0].released, 3);
+        assert_eq!(open[0].last[0].as_ref().unwrap().step, 2);
+        assert!(ledger.closed_runs().unwrap().runs.is_empty());
+    }
+}
+
+/// Releases skip their fsync only where the boot id is known; reservations never do.
+#[test]
+fn releases_are_fsynced_where_the_boot_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (known, _) = Ledger::open_at_boot(&dir.path().join("a.sqlite"), Some("b".into())).unwrap();
+    let (unknown, _) = Ledger::open_at_boot(&dir.path().join("b.sqlite"), None).unwrap();
+    // 1 = NORMAL, 2 = FULL.
+    assert_eq!((known.synchronous(), unknown.synchronous()), (1, 2));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let terms: RunTerms = serde_json::from_value(serde_json::json!({
+        "variant": "full-penalty", "chains": 1, "steps_per_chain": 1, "planned_releases": 1,
+        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
+    }))
+    .unwrap();
+    let full = |conn: &Connection| -> rusqlite::Result<()> {
+        let level: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+        assert_eq!(level, 2, "a reservation is fsync'd");
+        Ok(())
+    };
+    known.fsynced(&known.conn.lock().unwrap(), full).unwrap();
+    runtime.block_on(known.open_run("r", &terms)).unwrap();
+    assert_eq!(known.synchronous(), 1, "back to NORMAL for releases");
+    assert!(Ledger::in_memory().is_ok_and(|l| !l.relaxed));
+}

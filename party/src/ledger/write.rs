@@ -66,7 +66,7 @@ pub(super) fn write_releases(
 }
 
 /// One entry, one statement, which SQLite runs as a transaction of its own (autocommit):
-/// committed when the statement returns, durably under `synchronous = FULL`. An explicit
+/// committed when the statement returns (fsync'd under `synchronous = FULL`). An explicit
 /// BEGIN and COMMIT would add nothing but two statements to parse and run per release.
 pub(super) fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Result<()> {
     match entry {
@@ -101,12 +101,13 @@ pub(super) fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Res
         }
         Entry::Close { run_id, by } => {
             let idle_seconds = match by {
-                ClosedBy::CloseRun => None,
                 ClosedBy::Lease { idle_seconds } => Some(*idle_seconds as i64),
+                ClosedBy::CloseRun | ClosedBy::Restart => None,
             };
             conn.execute(
-                "UPDATE runs SET closed = 1, closed_idle_seconds = ?2 WHERE run_id = ?1",
-                params![run_id, idle_seconds],
+                "UPDATE runs SET closed = 1, closed_idle_seconds = ?2, closed_at_plan = ?3
+                 WHERE run_id = ?1",
+                params![run_id, idle_seconds, *by == ClosedBy::Restart],
             )?;
         }
         Entry::Answer { run_id, closed } => {

@@ -262,7 +262,7 @@ impl PartyNode {
 
     /// Answers a frame of steps (every chain's step of a run, in one message), each checked,
     /// computed and answered exactly as alone, with the frame's releases charged in one
-    /// ledger commit (one fsync) before any of them is answered. The statistic is
+    /// ledger commit before any of them is answered. The statistic is
     /// `statistics/`'s for the query, in a run of the query's variant.
     ///
     /// Each step holds its chain from its checks to its answer. A frame takes its chains in

@@ -42,7 +42,7 @@ fn seeded_node(
     rows: usize,
     data_seed: u64,
     noise_seed: u64,
-    dir: &std::path::Path,
+    ledger: (Ledger, Vec<crate::ledger::RunRecord>),
 ) -> (PartyNode, Arc<dyn fedmcmc_common::models::Model>) {
     let model = spec.build().unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(data_seed);
@@ -59,11 +59,15 @@ fn seeded_node(
         data,
         Neighbours::Substitute,
         budget,
-        Ledger::open(&dir.join("ledger.sqlite")).unwrap(),
+        ledger,
         NoiseSource::seeded(noise_seed),
     )
     .unwrap();
     (node, model)
+}
+
+fn ledger_in(dir: &std::path::Path) -> (Ledger, Vec<crate::ledger::RunRecord>) {
+    Ledger::open(&dir.join("ledger.sqlite")).unwrap()
 }
 
 /// The answers to steps 0 … n − 1 of chain 0 of run `run_id`, each asking `query`.
@@ -97,7 +101,7 @@ fn mean_var(values: &[f64]) -> (f64, f64) {
 async fn check_releases(spec: ModelSpec, clip: f64, theta: [f64; 2], prop: [f64; 2]) {
     const N: u64 = 4000;
     let dir = tempfile::tempdir().unwrap();
-    let (node, model) = seeded_node(&spec, 5_000, 11, 2024, dir.path());
+    let (node, model) = seeded_node(&spec, 5_000, 11, 2024, ledger_in(dir.path()));
     let grant = node
         .open_run(
             Plan::full_penalty(1, N, clip, NoiseRequest::Tau(0.02)),
@@ -167,7 +171,7 @@ async fn barker_releases_carry_their_share_of_c() {
     const N: u64 = 3000;
     let (rows, batch, share) = (20_000, 200u64, 1.5);
     let dir = tempfile::tempdir().unwrap();
-    let (node, model) = seeded_node(&ModelSpec::flat_banana(2), rows, 5, 77, dir.path());
+    let (node, model) = seeded_node(&ModelSpec::flat_banana(2), rows, 5, 77, ledger_in(dir.path()));
     let plan = Plan {
         variant: crate::node::BARKER.into(),
         batch_size: Some(batch),
@@ -194,4 +198,53 @@ async fn barker_releases_carry_their_share_of_c() {
         var <= share * (1.0 + 4.0 * se) && var >= share * (fpc - 4.0 * se),
         "variance {var} vs share {share}"
     );
+}
+
+/// A machine crash: releases are not fsync'd one by one, so a party restarted on another
+/// boot after a stop that was not clean refuses every step of a run it had open (a replay
+/// too: no step is answered again, with fresh noise or not) and stays charged the run's
+/// whole plan, which CloseRun then reports.
+#[tokio::test]
+async fn after_a_machine_crash_a_run_answers_nothing_more_and_keeps_its_whole_charge() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let at_boot = |boot: &str| Ledger::open_at_boot(&path, Some(boot.to_string())).unwrap();
+    let spec = ModelSpec::flat_banana(2);
+    let (node, model) = seeded_node(&spec, 1_000, 1, 2, at_boot("boot-a"));
+    let plan = Plan::full_penalty(1, 10, 0.5, NoiseRequest::Tau(0.02));
+    let run_id = node.open_run(plan, &model.fingerprint()).await.unwrap().run_id;
+    let (theta, theta_proposed) = ([0.0, 3.0], [0.01, 2.99]);
+    let query = Query::LogLikRatio {
+        theta: &theta,
+        theta_proposed: &theta_proposed,
+    };
+    steps(&node, &run_id, 3, query).await;
+    let committed = node.describe().epsilon_committed;
+    drop(node);
+    // What a machine crash leaves: the marker of a stop that was not clean.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE boot SET clean = 0", [])
+        .unwrap();
+    let (node, _) = seeded_node(&spec, 1_000, 1, 3, at_boot("boot-b"));
+    for step in [2, 3] {
+        let key = StepKey {
+            run_id: &run_id,
+            chain: 0,
+            step,
+        };
+        match node.step(&key, query).await {
+            Err(PartyError::FailedPrecondition(m)) => {
+                assert!(m.contains("charged its whole plan"), "{m}")
+            }
+            other => panic!("step {step} of a run open at the crash: {other:?}"),
+        }
+    }
+    let description = node.describe();
+    assert_eq!(description.open_runs, 0);
+    let tolerance = 1e-9 * committed;
+    assert!((description.epsilon_committed - committed).abs() <= tolerance);
+    let closed = node.close_run(&run_id).await.unwrap();
+    assert_eq!(closed.releases, 10);
+    assert!((closed.epsilon_committed - committed).abs() <= tolerance);
 }
