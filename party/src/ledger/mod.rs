@@ -632,7 +632,7 @@ impl Drop for Ledger {
             return;
         }
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = self.fsynced(&conn, |c| boot::stop(c)) {
+        if let Err(e) = self.fsynced(&conn, boot::stop) {
             tracing::error!(error = %e, "the ledger's clean stop was not recorded; its open runs will be charged their whole plans after a reboot");
         }
     }
