@@ -1,7 +1,8 @@
 //! Operating a party: one process per ledger (a second `party serve` on a ledger in use stops
 //! at once, naming it, however the path reaches the file, and the first keeps serving), and
 //! token files readable by their owner only; `party status` beside a serving party; a hangup
-//! shuts down gracefully; health and metrics on their own port, and JSON logs.
+//! shuts down gracefully, its ledger's stop marked clean (a kill's is not); health and
+//! metrics on their own port, and JSON logs.
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -142,8 +143,6 @@ fn status_reads_the_ledger_of_a_serving_party() {
     );
 }
 
-/// A party whose terminal closes (SIGHUP) shuts down as on SIGTERM, saying so in its log,
-/// instead of dying without a line.
 /// `party serve` on the party directory `dir` (its token made owner-only), with `env`, its
 /// stdout and stderr piped; the child and its stdout's reader, after the "listening on" line.
 fn serve_piped(
@@ -186,6 +185,8 @@ fn stop(mut party: std::process::Child, signal: i32) -> (std::process::ExitStatu
     (status, stderr)
 }
 
+/// A party whose terminal closes (SIGHUP) shuts down as on SIGTERM, saying so in its log,
+/// instead of dying without a line.
 #[test]
 fn a_hangup_shuts_a_party_down_gracefully_with_a_log_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -257,5 +258,27 @@ fn a_party_serves_health_and_metrics_on_its_own_port_and_logs_json_when_asked() 
     for l in lines {
         let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
         assert!(v["level"].is_string() && v["fields"].is_object(), "{l}");
+    }
+}
+
+/// Releases are not fsync'd one by one, so a ledger's stop must be marked clean for its open
+/// runs to survive a reboot: a graceful stop (SIGTERM) marks it, after the fsync that covers
+/// every release; a killed party (SIGKILL, as a machine crash leaves it) does not, and its
+/// ledger's next start on another boot would close its open runs at their whole plan.
+#[test]
+fn a_graceful_stop_marks_the_ledger_clean_and_a_kill_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    party_dir(dir.path(), "ledger.sqlite");
+    let clean = || -> i64 {
+        let ledger = rusqlite::Connection::open(dir.path().join("ledger.sqlite")).unwrap();
+        ledger
+            .query_row("SELECT clean FROM boot", [], |r| r.get(0))
+            .unwrap()
+    };
+    for (signal, expected) in [(libc::SIGTERM, 1), (libc::SIGKILL, 0), (libc::SIGTERM, 1)] {
+        let (party, _) = serve_piped(dir.path(), &[]);
+        assert_eq!(clean(), 0, "a serving party's stop is not clean yet");
+        let (_, stderr) = stop(party, signal);
+        assert_eq!(clean(), expected, "after signal {signal}: {stderr}");
     }
 }
