@@ -1,6 +1,6 @@
 //! Ending a long calibration early. A numerical accountant may search for seconds over a
-//! large plan (10⁶ subsampled releases at ε = 100: 8 s under the PLD's grid cap, minutes
-//! without it); a process asked to stop must not wait for it. The search checks its [`Cancel`] before every
+//! large plan (10⁶ subsampled releases at ε = 100: 4.5 s under the PLD's grid cap,
+//! minutes without it); a process asked to stop must not wait for it. The search checks its [`Cancel`] before every
 //! probe and gives up with [`CompositionError::Cancelled`](super::CompositionError::Cancelled),
 //! before anything is reserved.
 use std::sync::Arc;
