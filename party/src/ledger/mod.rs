@@ -410,7 +410,8 @@ impl Ledger {
         owner: Option<(File, Option<String>)>,
     ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         let sql = |e| storage(path, e);
-        conn.pragma_update(None, "synchronous", "FULL").map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql)?;
         conn.execute_batch(SCHEMA).map_err(sql)?;
         conn.execute_batch(boot::SCHEMA).map_err(sql)?;
         migrate(&conn).map_err(sql)?;

@@ -93,9 +93,8 @@ pub(super) fn read_open_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecor
 /// ones) summed per (variant, noise multiplier) in one GROUP BY (a release's multiplier is
 /// its run's: the release path copies it), and the whole plan of each run closed at it.
 pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns> {
-    let mut stmt = conn.prepare(
-        "SELECT run_id, closed_idle_seconds, closed_at_plan FROM runs WHERE closed = 1",
-    )?;
+    let mut stmt = conn
+        .prepare("SELECT run_id, closed_idle_seconds, closed_at_plan FROM runs WHERE closed = 1")?;
     let runs = stmt
         .query_map([], |r| {
             let by = match (r.get::<_, Option<i64>>(1)?, r.get::<_, Option<i64>>(2)?) {
@@ -127,7 +126,8 @@ pub(super) fn read_closed_runs(conn: &Connection) -> rusqlite::Result<ClosedRuns
             })
         })?
         .collect::<Result<_, _>>()?;
-    let mut stmt = conn.prepare("SELECT terms FROM runs WHERE closed = 1 AND closed_at_plan = 1")?;
+    let mut stmt =
+        conn.prepare("SELECT terms FROM runs WHERE closed = 1 AND closed_at_plan = 1")?;
     for terms in stmt.query_map([], |r| r.get::<_, String>(0))? {
         let terms = terms_from_json(0, &terms?)?;
         let (releases, noise_multiplier) = terms.reservation();

@@ -272,7 +272,10 @@ fn after_a_machine_crash_open_runs_are_charged_their_whole_plan() {
     let (ledger, open) = Ledger::open_at_boot(&path, Some("boot-b".into())).unwrap();
     assert!(open.is_empty(), "the run is closed");
     let closed = ledger.closed_runs().unwrap();
-    assert_eq!(closed.runs, HashMap::from([("r".into(), ClosedBy::Restart)]));
+    assert_eq!(
+        closed.runs,
+        HashMap::from([("r".into(), ClosedBy::Restart)])
+    );
     assert_eq!(
         closed.charges,
         vec![ClosedCharge {

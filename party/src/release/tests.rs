@@ -171,7 +171,13 @@ async fn barker_releases_carry_their_share_of_c() {
     const N: u64 = 3000;
     let (rows, batch, share) = (20_000, 200u64, 1.5);
     let dir = tempfile::tempdir().unwrap();
-    let (node, model) = seeded_node(&ModelSpec::flat_banana(2), rows, 5, 77, ledger_in(dir.path()));
+    let (node, model) = seeded_node(
+        &ModelSpec::flat_banana(2),
+        rows,
+        5,
+        77,
+        ledger_in(dir.path()),
+    );
     let plan = Plan {
         variant: crate::node::BARKER.into(),
         batch_size: Some(batch),
@@ -212,7 +218,11 @@ async fn after_a_machine_crash_a_run_answers_nothing_more_and_keeps_its_whole_ch
     let spec = ModelSpec::flat_banana(2);
     let (node, model) = seeded_node(&spec, 1_000, 1, 2, at_boot("boot-a"));
     let plan = Plan::full_penalty(1, 10, 0.5, NoiseRequest::Tau(0.02));
-    let run_id = node.open_run(plan, &model.fingerprint()).await.unwrap().run_id;
+    let run_id = node
+        .open_run(plan, &model.fingerprint())
+        .await
+        .unwrap()
+        .run_id;
     let (theta, theta_proposed) = ([0.0, 3.0], [0.01, 2.99]);
     let query = Query::LogLikRatio {
         theta: &theta,
