@@ -368,3 +368,27 @@ fn a_cancelled_calibration_gives_no_answer() {
         .calibrate(&none, MechanismKind::Gaussian, 1000, (1.0, 1e-6), &cancel)
         .unwrap();
 }
+
+/// DP Barker's noise is fixed by its total variance, so no accountant calibrates a
+/// multiplier for it (any would "fit"): every choice refuses, under both relations.
+#[test]
+fn no_accountant_calibrates_dp_barker() {
+    let barker = MechanismKind::DpBarker {
+        batch: 100,
+        population: 10_000,
+    };
+    for neighbours in [Substitute, AddRemove] {
+        let none = composition(&[], neighbours);
+        for choice in Method::ALL
+            .iter()
+            .map(|&m| Choice::Only(m))
+            .chain([Choice::Best])
+        {
+            let got = choice.calibrate(&none, barker, 100, (1.0, 1e-6), &Cancel::new());
+            assert!(
+                matches!(got, Err(CompositionError::FixedNoise)),
+                "{choice:?} {neighbours:?}: {got:?}"
+            );
+        }
+    }
+}

@@ -8,8 +8,8 @@
 use anyhow::{Result, anyhow, bail, ensure};
 use clap::{Args, Subcommand};
 use fedmcmc_common::accountant::{
-    Answer, Cancel, Choice, Composition, Estimate, MaxReleases, MechanismKind, Release,
-    mu_per_release,
+    Answer, Cancel, Choice, Composition, CompositionError, Estimate, MaxReleases, MechanismKind,
+    Release, mu_per_release,
 };
 use fedmcmc_common::neighbours::Neighbours;
 use serde_json::{Map, Value, json};
@@ -347,19 +347,16 @@ pub fn run(args: &PrivacyArgs) -> Result<Value> {
             method,
         } => {
             let kind = mechanism.resolve()?;
-            // Any multiplier "fits" a mechanism that ignores it: say so instead.
-            ensure!(
-                !matches!(kind, MechanismKind::DpBarker { .. }),
-                "DP Barker's noise is fixed by its total variance C (Räisä 2020, Thm 3.3), so there is no noise multiplier to calibrate: `privacy epsilon` gives what K releases cost, `privacy max-iterations` how many fit"
-            );
             let prefix = method.composition(None)?;
-            let answer = method.accountant.calibrate(
-                &prefix,
-                kind,
-                *releases,
-                (*epsilon, *delta),
-                &Cancel::new(),
-            )?;
+            let answer = method
+                .accountant
+                .calibrate(&prefix, kind, *releases, (*epsilon, *delta), &Cancel::new())
+                .map_err(|e| match e {
+                    CompositionError::FixedNoise => anyhow!(
+                        "{e}: `privacy epsilon` gives what K releases cost, `privacy max-iterations` how many fit"
+                    ),
+                    e => e.into(),
+                })?;
             let mut out = mechanism_fields(kind);
             out.insert("releases".into(), json!(releases));
             out.insert("epsilon".into(), json!(epsilon));

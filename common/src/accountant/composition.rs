@@ -71,6 +71,11 @@ pub enum CompositionError {
     NoiseOutOfRange(f64, f64),
     #[error("the calibration was stopped before it finished: the process is shutting down")]
     Cancelled,
+    #[error(
+        "DP Barker's noise is fixed by its total variance C (Räisä 2020, Thm 3.3), so there is \
+         no noise multiplier to calibrate"
+    )]
+    FixedNoise,
     #[error("unknown accountant '{0}', expected 'analytic', 'zcdp', 'rdp', 'pld' or 'best'")]
     UnknownAccountant(String),
 }
@@ -819,6 +824,10 @@ impl Choice {
             return Err(AccountantError::ZeroReleases.into());
         }
         mechanism.validate()?;
+        // Any multiplier would "fit" a mechanism that ignores it.
+        if matches!(mechanism, MechanismKind::DpBarker { .. }) {
+            return Err(CompositionError::FixedNoise);
+        }
         self.answer(
             prefix.gaussian().is_some() && mechanism == MechanismKind::Gaussian,
             |m| m.calibrate(prefix, mechanism, releases, (epsilon, delta), cancel),
