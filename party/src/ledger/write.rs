@@ -42,20 +42,22 @@ pub(super) fn write_releases(
     if let [(_, only)] = batch {
         return Ok(vec![write_entry(conn, &Entry::Release(only))]);
     }
+    // Prepared once per connection: parsing each statement anew was a good part of a frame's
+    // commit once releases stopped waiting for an fsync.
+    let run = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(|_| ());
     let each = || -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
+        run("BEGIN IMMEDIATE")?;
         let mut outcomes = Vec::with_capacity(batch.len());
         for (_, record) in batch {
-            conn.execute_batch("SAVEPOINT release")?;
+            run("SAVEPOINT release")?;
             let outcome = write_entry(conn, &Entry::Release(record));
-            conn.execute_batch(if outcome.is_ok() {
-                "RELEASE release"
-            } else {
-                "ROLLBACK TO release; RELEASE release"
-            })?;
+            if outcome.is_err() {
+                run("ROLLBACK TO release")?;
+            }
+            run("RELEASE release")?;
             outcomes.push(outcome);
         }
-        conn.execute_batch("COMMIT")?;
+        run("COMMIT")?;
         Ok(outcomes)
     };
     each().inspect_err(|_| {
