@@ -39,7 +39,7 @@ impl std::fmt::Display for Signal {
 
 /// Asks a job to stop after the steps in flight; shared by clones. The first request wins,
 /// and cancels the calibrations of the job's in-process parties (a plan of 10⁶ subsampled
-/// releases at ε = 100 takes 8 s to calibrate before its run opens).
+/// releases at ε = 100 takes 4.5 s to calibrate before its run opens).
 #[derive(Clone, Debug, Default)]
 pub struct Stop {
     signal: Arc<OnceLock<Signal>>,

@@ -74,19 +74,12 @@ pub struct Outcome {
     pub converged: bool,
 }
 
-/// ∇ ln p(θ | rows) on the pooled rows.
+/// ∇ ln p(θ | rows) on the pooled rows: the model's own gradient sum with no clip.
 fn pooled_gradient(model: &dyn Model, data: &Columns, theta: &[f64]) -> Vec<f64> {
-    let mut out = vec![0.0; theta.len()];
-    model.grad_log_prior(theta, &mut out);
-    let (mut row, mut g) = (vec![0.0; data.d()], vec![0.0; theta.len()]);
-    for i in 0..data.n() {
-        data.row_into(i, &mut row);
-        model.grad_log_lik_row(theta, &row, &mut g);
-        for (a, b) in out.iter_mut().zip(&g) {
-            *a += b;
-        }
-    }
-    out
+    let (mut prior, mut lik) = (vec![0.0; theta.len()], vec![0.0; theta.len()]);
+    model.grad_log_prior(theta, &mut prior);
+    model.clipped_grad_sum(data, theta, f64::INFINITY, &mut lik);
+    prior.iter().zip(&lik).map(|(p, l)| p + l).collect()
 }
 
 /// The Laplace approximation of the exact posterior on the pooled rows: Newton's method to
