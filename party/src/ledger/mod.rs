@@ -262,7 +262,7 @@ impl Ledger {
         let conn = Connection::open(path).map_err(|e| storage(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, Some((owner, boot)))
+        Self::start(conn, path, Some(owner), boot)
     }
 
     /// A copy of the ledger at `path` in memory, read without its owner's lock, for
@@ -282,7 +282,7 @@ impl Ledger {
             None::<fn(rusqlite::backup::Progress)>,
         )
         .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, None)
+        Self::start(conn, path, None, None)
     }
 
     /// A ledger that lives in memory only: the same code path without the fsync, for
@@ -291,15 +291,16 @@ impl Ledger {
     pub fn in_memory() -> Result<Ledger, LedgerError> {
         let path = Path::new(":memory:");
         let conn = Connection::open_in_memory().map_err(|e| storage(path, e))?;
-        Ok(Self::start(conn, path, None)?.0)
+        Ok(Self::start(conn, path, None, None)?.0)
     }
 
-    /// `owner` is the lock of a durable ledger, with the machine's boot id if known; an
-    /// in-memory one has none and no fsync.
+    /// `owner` is the lock of a durable ledger (an in-memory one has none and no fsync), and
+    /// `boot` the machine's boot id if known.
     fn start(
         conn: Connection,
         path: &Path,
-        owner: Option<(File, Option<String>)>,
+        owner: Option<File>,
+        boot: Option<String>,
     ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         let sql = |e| storage(path, e);
         conn.pragma_update(None, "synchronous", "FULL")
@@ -307,7 +308,6 @@ impl Ledger {
         conn.execute_batch(SCHEMA).map_err(sql)?;
         conn.execute_batch(boot::SCHEMA).map_err(sql)?;
         migrate(&conn).map_err(sql)?;
-        let (owner, boot) = owner.map_or((None, None), |(file, boot)| (Some(file), boot));
         let relaxed = match (&owner, boot) {
             (Some(_), Some(boot)) => {
                 for run_id in boot::start(&conn, &boot).map_err(sql)? {

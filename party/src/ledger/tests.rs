@@ -138,6 +138,16 @@ fn a_ledger_of_the_first_schema_is_migrated() {
     assert_eq!(closed.charges[0].releases, 4);
 }
 
+/// A full-penalty run's terms: `chains` × `steps` releases at multiplier 1.
+fn penalty_terms(chains: u32, steps: u64) -> RunTerms {
+    serde_json::from_value(serde_json::json!({
+        "variant": "full-penalty", "chains": chains, "steps_per_chain": steps,
+        "planned_releases": u64::from(chains) * steps,
+        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
+    }))
+    .unwrap()
+}
+
 fn release(run_id: &str, chain: u32, step: u64) -> ReleaseRecord {
     ReleaseRecord {
         run_id: run_id.into(),
@@ -165,11 +175,7 @@ fn concurrent_releases_commit_together_and_fail_alone() {
         .unwrap();
     let (ledger, _) = Ledger::open(&path).unwrap();
     let ledger = std::sync::Arc::new(ledger);
-    let terms: RunTerms = serde_json::from_value(serde_json::json!({
-        "variant": "full-penalty", "chains": 8, "steps_per_chain": 50, "planned_releases": 400,
-        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
-    }))
-    .unwrap();
+    let terms = penalty_terms(8, 50);
     runtime.block_on(ledger.open_run("r", &terms)).unwrap();
     let outcomes: Vec<Result<(), LedgerError>> = runtime.block_on(async {
         let tasks: Vec<_> = (0..8u32)
@@ -246,11 +252,7 @@ impl Ledger {
 /// A run of 10 planned releases with 3 made, on boot `boot`, then stopped by `stop`.
 fn three_of_ten(path: &Path, boot: Option<&str>, stop: fn(Ledger)) {
     let (ledger, _) = Ledger::open_at_boot(path, boot.map(str::to_string)).unwrap();
-    let terms: RunTerms = serde_json::from_value(serde_json::json!({
-        "variant": "full-penalty", "chains": 1, "steps_per_chain": 10, "planned_releases": 10,
-        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
-    }))
-    .unwrap();
+    let terms = penalty_terms(1, 10);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -327,11 +329,7 @@ fn releases_are_fsynced_where_the_boot_is_unknown() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let terms: RunTerms = serde_json::from_value(serde_json::json!({
-        "variant": "full-penalty", "chains": 1, "steps_per_chain": 1, "planned_releases": 1,
-        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
-    }))
-    .unwrap();
+    let terms = penalty_terms(1, 1);
     let full = |conn: &Connection| -> rusqlite::Result<()> {
         let level: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
         assert_eq!(level, 2, "a reservation is fsync'd");
