@@ -49,11 +49,20 @@ impl BatchRatio<'_> {
         rng: &mut ChaCha20Rng,
     ) -> (f64, f64) {
         let (n, b) = (rows.n(), self.batch as usize);
-        let picked = rand::seq::index::sample(rng, n, b).into_vec();
-        let batch_rows = rows.select(&picked);
+        // A batch of every row is every row, whatever the draw: the sums below do not depend
+        // on the rows' order, so it is read in place (DP Barker's default batch grows to all
+        // of them at a generous budget, where drawing and copying it cost more than the ratio).
+        let drawn;
+        let batch_rows = if b == n {
+            rows
+        } else {
+            let picked = rand::seq::index::sample(rng, n, b).into_vec();
+            drawn = rows.select(&picked);
+            &drawn
+        };
         let mut terms = vec![0.0; b];
         model.clipped_llr_terms(
-            &batch_rows,
+            batch_rows,
             self.theta,
             self.theta_proposed,
             row,
@@ -157,6 +166,47 @@ impl Statistic for BarkerRatio<'_> {
         Computed {
             value: vec![lambda],
             inherent_variance: variance,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fedmcmc_common::models::ModelSpec;
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// A batch of every row reads them in place; its λ* and σ²_b are the full data's clipped
+    /// sum and spread, whatever the generator.
+    #[test]
+    fn a_batch_of_every_row_is_the_full_data() {
+        let model = ModelSpec::gaussian(vec![vec![1.0]], 10.0).build().unwrap();
+        let values: Vec<f64> = (0..50).map(|i| f64::from(i) / 10.0 - 2.5).collect();
+        let rows = Columns::from_column_major(50, 1, values.clone()).unwrap();
+        let (theta, proposed) = ([0.1], [0.4]);
+        let ratio = BatchRatio {
+            theta: &theta,
+            theta_proposed: &proposed,
+            batch: 50,
+        };
+        let row = 0.5;
+        let terms: Vec<f64> = values
+            .iter()
+            .map(|x| {
+                let r = 0.5 * ((x - theta[0]).powi(2) - (x - proposed[0]).powi(2));
+                r.clamp(-row, row)
+            })
+            .collect();
+        assert!(terms.iter().any(|t| t.abs() == row), "some rows are clipped");
+        let sum: f64 = terms.iter().sum();
+        let mean = sum / 50.0;
+        let spread: f64 = terms.iter().map(|t| (t - mean).powi(2)).sum();
+        for seed in [1, 2] {
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let (lambda, variance) = ratio.estimate(model.as_ref(), &rows, row, &mut rng);
+            assert!((lambda - sum).abs() < 1e-12, "{lambda} vs {sum}");
+            assert!((variance - spread).abs() < 1e-12, "{variance} vs {spread}");
         }
     }
 }
