@@ -298,7 +298,7 @@ async fn variants(s: &Setting, iterations: u64) {
         Variant::Penalty,
         Variant::MinibatchPenalty { batch_size: 1000 },
         Variant::Barker {
-            batch_size: 1000,
+            batch_size: Some(1000),
             c: 2.0,
         },
     ] {

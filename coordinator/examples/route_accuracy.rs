@@ -127,7 +127,7 @@ async fn main() {
                                 0.0
                             },
                             proposal: ProposalKind::Rw,
-                            proposal_sd: 0.008,
+                            proposal_sd: Some(0.008),
                             adapt: true,
                             target_accept: 0.25,
                             seed: r + 1,

@@ -92,6 +92,13 @@ pub struct Initialised {
     pub closed: Vec<Closed>,
 }
 
+impl Initialised {
+    /// The posterior sds it fitted, per coordinate.
+    pub fn sds(&self) -> Vec<f64> {
+        self.scale.iter().map(|s| s / SPREAD).collect()
+    }
+}
+
 impl InitialiserSettings {
     pub fn check(&self) -> Result<(), String> {
         if !(self.share > 0.0 && self.share < 1.0) {

@@ -21,6 +21,7 @@ use crate::federation::{
 };
 use crate::initialiser::{self, Initialised, InitialiserSettings};
 use crate::interrupt::{Signal, Stop};
+use crate::kernels;
 use crate::output;
 use crate::planning::{self, Planned};
 use crate::sampler::{self, ChainTrace, Progress, SamplerConfig};
@@ -39,7 +40,9 @@ pub struct JobSettings {
     pub clip: f64,
     /// The penalty kernels' proposal.
     pub proposal: ProposalKind,
-    pub proposal_sd: f64,
+    /// The walk's initial sd. `None` only for DP Barker: the longest step its clip allows
+    /// ([`crate::kernels::barker::step_within_clip`]), from the private initialiser's fit.
+    pub proposal_sd: Option<f64>,
     pub adapt: bool,
     pub target_accept: f64,
     pub seed: u64,
@@ -98,13 +101,12 @@ impl JobResult {
 
 /// The summary splits every chain in two for R̂ and ESS (Vehtari et al. 2021), which needs
 /// `MIN_DRAWS` post-warm-up draws per chain.
-fn check_draws(config: &SamplerConfig) -> anyhow::Result<()> {
-    let draws = config.iterations.saturating_sub(config.warmup);
+fn check_draws(settings: &JobSettings, iterations: u64) -> anyhow::Result<()> {
+    let warmup = warmup(settings, iterations);
+    let draws = iterations.saturating_sub(warmup);
     if draws < MIN_DRAWS as u64 {
         anyhow::bail!(
-            "{} iterations per chain with {} of warm-up leave {draws} draws per chain; at least {MIN_DRAWS} draws are needed to split chains",
-            config.iterations,
-            config.warmup
+            "{iterations} iterations per chain with {warmup} of warm-up leave {draws} draws per chain; at least {MIN_DRAWS} draws are needed to split chains"
         );
     }
     Ok(())
@@ -140,9 +142,6 @@ pub async fn run<P: PartyHandle>(
             .await;
     }
     let plan = |parties: &[PartyInfo]| plan_for(parties, threshold, settings);
-    // What the sampler can check before anything is released: its configuration with the
-    // plan's iterations (the inits are checked once known).
-    let sampler_config = |iterations: u64| sampler_config(settings, iterations);
     let (parties, inits, initialised) = match start {
         Start::Given(inits) => (parties, inits, None),
         Start::Private(init) => {
@@ -155,8 +154,10 @@ pub async fn run<P: PartyHandle>(
                     ..p.clone()
                 })
                 .collect();
-            let left = plan(&left)?;
-            check_draws(&sampler_config(left.iterations))?;
+            let planned = plan(&left)?;
+            check_draws(settings, planned.iterations)?;
+            // The parties' plans too (DP Barker's batch is fitted to the budgets here).
+            run_plans(&left, threshold, settings, &planned)?;
             output::prepare_dir(out)?;
             if stop.is_requested() {
                 anyhow::bail!("stopped before any run was opened; nothing was released");
@@ -178,11 +179,25 @@ pub async fn run<P: PartyHandle>(
         }
     };
     let planned = plan(&parties)?;
-    let config = sampler_config(planned.iterations);
-    config.check(&inits.points, model.dim())?;
-    check_draws(&config)?;
-    output::prepare_dir(out)?;
+    check_draws(settings, planned.iterations)?;
     let plans = run_plans(&parties, threshold, settings, &planned)?;
+    let proposal_sd = match (settings.proposal_sd, &initialised) {
+        (Some(sd), _) => sd,
+        (None, Some(init)) => kernels::barker::step_within_clip(
+            &plans,
+            &parties,
+            model.temperature(),
+            &init.sds(),
+        )
+        .map_err(anyhow::Error::msg)?,
+        (None, None) => anyhow::bail!(
+            "DP Barker's default step is the longest its clip allows at the posterior's scale, which the private initialiser measures; with {} give the walk's sd (--proposal-sd, or proposal_sd in [sampler])",
+            inits.label
+        ),
+    };
+    let config = sampler_config(settings, planned.iterations, proposal_sd);
+    config.check(&inits.points, model.dim())?;
+    output::prepare_dir(out)?;
     if stop.is_requested() {
         anyhow::bail!("stopped before any run was opened; nothing was released");
     }
@@ -261,15 +276,20 @@ pub async fn run<P: PartyHandle>(
     })
 }
 
+/// Warm-up iterations of a chain of `iterations`: the analyst's, else the first half.
+fn warmup(settings: &JobSettings, iterations: u64) -> u64 {
+    settings.warmup.unwrap_or(iterations / 2)
+}
+
 /// The sampler's configuration for `iterations` per chain: what it can check before
 /// anything is released.
-fn sampler_config(settings: &JobSettings, iterations: u64) -> SamplerConfig {
+fn sampler_config(settings: &JobSettings, iterations: u64, proposal_sd: f64) -> SamplerConfig {
     SamplerConfig {
         variant: settings.variant,
         chains: settings.chains,
         iterations,
-        warmup: settings.warmup.unwrap_or(iterations / 2),
-        proposal_sd: settings.proposal_sd,
+        warmup: warmup(settings, iterations),
+        proposal_sd,
         clip: settings.clip,
         proposal: settings.proposal,
         adapt: settings.adapt && settings.variant.adapts(),
@@ -337,11 +357,12 @@ pub async fn preview<P: PartyHandle>(
             }
         };
         let planned = plan_for(&planned_on, threshold, settings)?;
-        let config = sampler_config(settings, planned.iterations);
-        check_draws(&config)?;
+        check_draws(settings, planned.iterations)?;
         out += &format!(
             "sampling: {} chains × {} iterations ({} of warm-up)\n",
-            config.chains, config.iterations, config.warmup
+            settings.chains,
+            planned.iterations,
+            warmup(settings, planned.iterations)
         );
         run_plans(&planned_on, threshold, settings, &planned)?
     };

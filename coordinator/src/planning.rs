@@ -6,8 +6,10 @@
 //! its ratio and L + 1 gradients, Thm 4.3), or the iterations are given and each party
 //! calibrates its own τ. Giving both is checked: a plan that does not fit is an error naming
 //! the party and what does fit.
+use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Release, max_mu};
+
 use crate::federation::{NoiseChoice, PartyInfo};
-use crate::variant::Variant;
+use crate::variant::{BARKER_MIN_BATCH, Variant, split};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Planned {
@@ -118,6 +120,81 @@ pub fn plan(
     }
 }
 
+/// DP Barker's batch over the federation when none is given: the largest b whose split in
+/// proportion to the rows (at least [`BARKER_MIN_BATCH`] per party) lets every party make
+/// `chains × iterations` releases within its budget. Each row's clip is √(Cᵢbᵢ/2)/nᵢ
+/// (Räisä 2020, Thm 3.3), so the larger the batch the further the walk may step
+/// (`kernels::barker::step_within_clip`). A step's cost grows with b, but Thm 3.3's bound
+/// holds only at orders α < b/5, so a small batch is costly too (at b = 16 only α = 3 is
+/// left, whose conversion alone costs ln(1/δ)/2): halving from every row finds a batch that
+/// fits, then bisection the largest between it and its double. A party's cost is its
+/// accountant's: the releases' RDP (Thm 3.3 via Wang et al. 2019, Thm 9) composed after
+/// what it has spent, one Gaussian release of its spent μ. Each party's own accountant still
+/// decides at OpenRun; this is the coordinator's reading of it.
+pub fn barker_batch(parties: &[PartyInfo], chains: u32, iterations: u64) -> Result<u64, String> {
+    let rows: Vec<u64> = parties.iter().map(|p| p.rows).collect();
+    let total: u64 = rows.iter().sum();
+    let releases = u64::from(chains)
+        .checked_mul(iterations)
+        .ok_or("too many iterations")?;
+    // Whether batch b gives every party its minimum share and fits every party's budget.
+    let fits = |b: u64| -> Result<bool, String> {
+        for (p, &share) in parties.iter().zip(&split(b, &rows)) {
+            if share < BARKER_MIN_BATCH || share > p.rows {
+                return Ok(false);
+            }
+            if barker_releases_that_fit(p, share)? < releases {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    let (mut lo, mut hi) = (total, total);
+    while !fits(lo)? {
+        hi = lo;
+        lo /= 2;
+        if lo < BARKER_MIN_BATCH {
+            return Err(format!(
+                "{iterations} iterations per chain of the barker variant with {chains} chains fit no batch within every party's privacy budget (Räisä 2020, Thm 3.3): give fewer iterations, or raise the budgets"
+            ));
+        }
+    }
+    // lo fits; hi does not, unless it is lo itself (every row fits).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// Most DP Barker releases of `batch` of its rows `party` can make after what it has spent.
+fn barker_releases_that_fit(party: &PartyInfo, batch: u64) -> Result<u64, String> {
+    // μ adds over Gaussian releases (1/(2s²) each), so what is spent is one release of it.
+    let total = max_mu(party.epsilon, party.delta).map_err(|e| e.to_string())?;
+    let spent = (total - party.mu_remaining).max(0.0);
+    let prefix: Vec<Release> = (spent > 0.0)
+        .then_some(Release {
+            mechanism: MechanismKind::Gaussian,
+            noise_multiplier: (2.0 * spent).sqrt().recip(),
+            count: 1.0,
+        })
+        .into_iter()
+        .collect();
+    let prefix = Composition::new(prefix, party.neighbours).map_err(|e| e.to_string())?;
+    let mechanism = MechanismKind::DpBarker {
+        batch,
+        population: party.rows,
+    };
+    Choice::Best
+        .max_releases(&prefix, mechanism, 1.0, party.epsilon, party.delta)
+        .map(|answer| answer.estimate.value.releases)
+        .map_err(|e| format!("party {}: {e}", party.name))
+}
+
 #[cfg(test)]
 mod tests {
     use fedmcmc_common::accountant::{Accountant, max_mu, max_releases};
@@ -139,6 +216,32 @@ mod tests {
             variants: Vec::new(),
             secure_aggregation: false,
         }
+    }
+
+    /// DP Barker's default batch is the largest that fits every party: all rows at a
+    /// generous budget; at the thesis's ε = 4 (10 % spent) about its b = 1 300, with one row
+    /// more per party no longer fitting; none when even the best batch cannot pay.
+    #[test]
+    fn barker_batch_is_the_largest_that_fits() {
+        let rows = [33_334, 33_333, 33_333];
+        let at = |epsilon: f64, spent: f64| -> Vec<PartyInfo> {
+            rows.iter()
+                .map(|&n| PartyInfo {
+                    mu_remaining: (1.0 - spent) * max_mu(epsilon, 1e-6).unwrap(),
+                    ..party("p", n, epsilon, 1e-6)
+                })
+                .collect()
+        };
+        assert_eq!(barker_batch(&at(1e7, 0.1), 4, 1000), Ok(100_000));
+        let parties = at(4.0, 0.1);
+        let b = barker_batch(&parties, 4, 434).unwrap();
+        assert!((1_000..1_600).contains(&b), "{b}");
+        let fit = |b: u64, p: &PartyInfo| barker_releases_that_fit(p, b).unwrap();
+        let shares = split(b, &rows);
+        assert!(parties.iter().zip(&shares).all(|(p, &s)| fit(s, p) >= 4 * 434));
+        assert!(parties.iter().zip(&shares).any(|(p, &s)| fit(s + 1, p) < 4 * 434));
+        let refused = barker_batch(&parties, 4, 1_000_000).unwrap_err();
+        assert!(refused.contains("fit no batch"), "{refused}");
     }
 
     /// A minibatch plan with --tau and --iterations goes to the parties' accountants as it

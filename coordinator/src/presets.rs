@@ -150,16 +150,4 @@ impl Preset {
             ProposalKind::Ocu | ProposalKind::Gwmh => one_component,
         })
     }
-
-    /// The thesis's DP Barker step and batch for this preset at dimension `d`, where it ran
-    /// one (Räisä 2020, Sec. 5; C = 2).
-    pub(crate) fn thesis_barker(self, d: usize) -> Option<(f64, u64)> {
-        match (self, d) {
-            (Preset::Banana, 2) => Some((8e-4, 1300)),
-            (Preset::Banana, 10) => Some((8e-4, 2600)),
-            (Preset::TemperedBanana, 2) => Some((0.12, 1300)),
-            (Preset::TemperedBanana, 10) => Some((0.04, 2600)),
-            _ => None,
-        }
-    }
 }

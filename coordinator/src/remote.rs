@@ -49,7 +49,7 @@ pub struct SamplerSection {
     #[serde(default)]
     pub proposal: ProposalKind,
     /// Minibatch variants: rows per step over the federation, split in proportion to the
-    /// parties' rows (default 1000).
+    /// parties' rows (default 1000; for DP Barker the largest batch the budgets allow).
     pub batch_size: Option<u64>,
     /// DP Barker: the total noise variance C (default 2; 0.5, 1 and 2 have fits).
     pub barker_c: Option<f64>,
@@ -67,8 +67,8 @@ pub struct SamplerSection {
     /// Required by the per-iteration variants except DP Barker, whose clip the parties fix;
     /// not taken by the summaries route, whose rows the model's bounds bound.
     pub clip: Option<f64>,
-    /// The walk's initial sd: required by the per-iteration variants, not taken by the
-    /// summaries route.
+    /// The walk's initial sd: required by the per-iteration variants except DP Barker (whose
+    /// default is the longest step its clip allows), not taken by the summaries route.
     pub proposal_sd: Option<f64>,
     #[serde(default = "default_true")]
     pub adapt: bool,
@@ -377,11 +377,13 @@ fn settings_of(
         },
         proposal: s.proposal,
         proposal_sd: match (&variant, s.proposal_sd) {
-            (Variant::Summaries, None) => 0.0,
+            (Variant::Summaries, None) => Some(0.0),
             (Variant::Summaries, Some(sd)) => anyhow::bail!(
                 "proposal_sd = {sd} does not apply to the summaries route: it samples by HMC, adapted in warm-up"
             ),
-            (_, Some(sd)) => sd,
+            // The longest step DP Barker's clip allows (`kernels::barker::step_within_clip`).
+            (Variant::Barker { .. }, sd) => sd,
+            (_, Some(sd)) => Some(sd),
             (v, None) => anyhow::bail!("the {} variant needs `proposal_sd` in [sampler]", v.name()),
         },
         adapt: s.adapt,

@@ -10,6 +10,7 @@ use fedmcmc_party::node::{
 use serde::Serialize;
 
 use crate::federation::{HmcPlan, NoiseChoice, PartyInfo, RunPlan};
+use crate::planning;
 
 /// The variants as `--variant` spells them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, Serialize)]
@@ -38,6 +39,9 @@ pub enum VariantName {
 pub const DEFAULT_BATCH: u64 = 1000;
 /// DP Barker's total noise variance when none is given: the C of Räisä 2020, Thm 3.3.
 pub const DEFAULT_BARKER_C: f64 = 2.0;
+/// The fewest rows a party may draw per DP Barker step, as its accountant takes them (Räisä
+/// 2020, Thm 3.3 holds only at the integer orders 2 < α < b/5).
+pub const BARKER_MIN_BATCH: u64 = 16;
 /// DP HMC's leapfrog steps per iteration when none are given: the thesis's L for the
 /// bananas (Räisä 2020, Sec. 6.3).
 pub const DEFAULT_LEAPFROG_STEPS: u32 = 10;
@@ -68,9 +72,11 @@ pub enum Variant {
         batch_size: u64,
     },
     /// The same split, and total noise variance `c` split the same way (each party's share
-    /// Cᵢ = C·nᵢ/n, so the fixed clip equals the pooled one of Thm 3.3).
+    /// Cᵢ = C·nᵢ/n, so the fixed clip equals the pooled one of Thm 3.3). With no
+    /// `batch_size`, the largest batch every party's budget allows for the run's iterations
+    /// (`planning::barker_batch`): the clip, and so the step the walk may take, grows as √b.
     Barker {
-        batch_size: u64,
+        batch_size: Option<u64>,
         c: f64,
     },
     /// `leapfrog_steps` L, the initial `step_size` η, and the gradient release's clip b_g
@@ -143,10 +149,7 @@ impl Variant {
             VariantName::Barker => {
                 let c = c.unwrap_or(DEFAULT_BARKER_C);
                 CorrectionFit::load(c).map_err(|e| e.to_string())?;
-                Variant::Barker {
-                    batch_size: batch_size.unwrap_or(DEFAULT_BATCH),
-                    c,
-                }
+                Variant::Barker { batch_size, c }
             }
             VariantName::Hmc => {
                 no_c("hmc")?;
@@ -294,7 +297,11 @@ impl Variant {
                 "minibatch DP penalty, federated (Räisä 2020, Sec. 3.4): {batch_size} rows per step"
             ),
             Variant::Barker { batch_size, c } => format!(
-                "DP Barker, federated (Heikkilä et al. 2019; Räisä 2020, Alg. 3): {batch_size} rows per step, C = {c}, random walk at a fixed step (adapting it would move the chain into the clipped posterior)"
+                "DP Barker, federated (Heikkilä et al. 2019; Räisä 2020, Alg. 3): {}, C = {c}, random walk at a fixed step (adapting it would move the chain into the clipped posterior)",
+                match batch_size {
+                    Some(b) => format!("{b} rows per step"),
+                    None => "the largest batch per step the parties' budgets allow".into(),
+                }
             ),
             Variant::Hmc {
                 leapfrog_steps,
@@ -365,7 +372,13 @@ impl Variant {
                 return Ok(vec![RunPlan { hmc, ..base }; parties.len()]);
             }
             Variant::MinibatchPenalty { batch_size } => (batch_size, 2),
-            Variant::Barker { batch_size, .. } => (batch_size, 16),
+            Variant::Barker { batch_size, .. } => match batch_size {
+                Some(b) => (b, BARKER_MIN_BATCH),
+                None => (
+                    planning::barker_batch(parties, chains, iterations)?,
+                    BARKER_MIN_BATCH,
+                ),
+            },
         };
         let rows: Vec<u64> = parties.iter().map(|p| p.rows).collect();
         let total: u64 = rows.iter().sum();
@@ -405,7 +418,7 @@ impl Variant {
 
 /// `total` split in proportion to `weights` by largest remainder (ties to the earlier
 /// party), so the parts sum to `total` exactly.
-fn split(total: u64, weights: &[u64]) -> Vec<u64> {
+pub(crate) fn split(total: u64, weights: &[u64]) -> Vec<u64> {
     let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
     if sum == 0 {
         return vec![0; weights.len()];
@@ -481,7 +494,7 @@ mod tests {
         assert_eq!(
             Variant::new(VariantName::Barker, None, None, none).unwrap(),
             Variant::Barker {
-                batch_size: DEFAULT_BATCH,
+                batch_size: None,
                 c: DEFAULT_BARKER_C
             }
         );

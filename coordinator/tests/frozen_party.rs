@@ -224,7 +224,7 @@ async fn a_party_frozen_mid_run_ends_the_job_within_the_bound_naming_it() {
         warmup: Some(WARMUP),
         clip: 2.0,
         proposal: ProposalKind::Rw,
-        proposal_sd: 0.05,
+        proposal_sd: Some(0.05),
         adapt: true,
         target_accept: 0.25,
         seed: 3,

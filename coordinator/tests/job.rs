@@ -112,7 +112,7 @@ fn settings(iterations: u64) -> JobSettings {
         warmup: None,
         clip: 2.0,
         proposal: fedmcmc_common::proposal::ProposalKind::Rw,
-        proposal_sd: 0.05,
+        proposal_sd: Some(0.05),
         adapt: true,
         target_accept: 0.25,
         seed: 3,

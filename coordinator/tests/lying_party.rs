@@ -122,7 +122,7 @@ async fn job_and_liar(
         tau: Some(1.0),
         warmup: Some(50),
         clip: 2.0,
-        proposal_sd: 0.05,
+        proposal_sd: Some(0.05),
         adapt: true,
         target_accept: 0.25,
         seed: 3,

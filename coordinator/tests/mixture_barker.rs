@@ -44,7 +44,7 @@ async fn experiment(rows: usize, iterations: u64) -> (Vec<Vec<f64>>, f64, f64, f
         .collect();
     let federation = Arc::new(Federation::new(parties));
     let variant = Variant::Barker {
-        batch_size: 1000,
+        batch_size: Some(1000),
         c: 2.0,
     };
     let infos = federation.describe().await.unwrap();

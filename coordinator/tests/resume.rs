@@ -54,7 +54,7 @@ fn settings() -> JobSettings {
         tau: Some(1.0),
         warmup: Some(500),
         clip: 2.0,
-        proposal_sd: 0.05,
+        proposal_sd: Some(0.05),
         adapt: true,
         target_accept: 0.25,
         seed: 3,
@@ -273,7 +273,7 @@ async fn summaries_job<P: PartyHandle>(
         tau: None,
         warmup: None,
         clip: 0.0,
-        proposal_sd: 0.0,
+        proposal_sd: Some(0.0),
         ..settings()
     };
     job::run(

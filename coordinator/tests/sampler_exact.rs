@@ -675,7 +675,7 @@ async fn barker_matches_the_tempered_posterior() {
         &s,
         Run {
             variant: Variant::Barker {
-                batch_size: 1000,
+                batch_size: Some(1000),
                 c: 2.0,
             },
             proposal: RW,

@@ -63,7 +63,7 @@ fn settings(variant: Variant, tau: Option<f64>) -> JobSettings {
         warmup: None,
         clip: 0.0,
         proposal: ProposalKind::Rw,
-        proposal_sd: 0.0,
+        proposal_sd: Some(0.0),
         adapt: true,
         target_accept: 0.25,
         seed: 7,
@@ -329,7 +329,7 @@ async fn a_plan_too_short_after_the_initialiser_is_refused_before_it_spends() {
     let f = federated(&spec, 12_000, 3.0, 5);
     let mut s = settings(Variant::Penalty, Some(0.1));
     s.clip = 2.0;
-    s.proposal_sd = 0.008;
+    s.proposal_sd = Some(0.008);
     let err = f.refused(&s).await;
     assert!(err.contains("draws are needed to split chains"), "{err}");
 }
@@ -358,7 +358,7 @@ async fn a_dry_run_plans_each_party_and_spends_nothing() {
     );
     assert!(plan.contains("releases: 8 per party"), "{plan}");
     let mut penalty = settings(Variant::Penalty, Some(0.5));
-    (penalty.clip, penalty.proposal_sd) = (1e6, 0.05);
+    (penalty.clip, penalty.proposal_sd) = (1e6, Some(0.05));
     let plan = preview(penalty.clone(), 1e6).await.unwrap();
     assert!(
         plan.contains("initialiser: first, 10% of each party's remaining budget"),

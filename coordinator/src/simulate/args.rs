@@ -88,7 +88,7 @@ pub struct SimulateArgs {
     pub proposal: Option<ProposalKind>,
     /// Minibatch variants: rows per step over the whole federation, split among the parties
     /// in proportion to their rows; each party draws its share in secret [default: 1000;
-    /// for DP Barker on the banana presets the thesis's 1300 (d = 2) or 2600 (d = 10)].
+    /// for DP Barker the largest batch every party's budget allows for --iterations].
     #[arg(long)]
     pub batch_size: Option<u64>,
     /// DP Barker: the total noise variance C, split among the parties like the batch;
@@ -118,8 +118,9 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub clip: Option<f64>,
     /// Initial random-walk sd [default: the thesis's for the preset and variant, else 0.008;
-    /// DP Barker's walk keeps it, as adapting it would move the chain into the clipped
-    /// posterior].
+    /// for DP Barker, whose walk is never adapted (that would move the chain into the clipped
+    /// posterior), the longest step that keeps rows 3 sds inside its clip at the private
+    /// initialiser's fitted posterior sds].
     #[arg(long)]
     pub proposal_sd: Option<f64>,
     /// Keep the random-walk sd fixed instead of adapting it during warm-up.

@@ -104,15 +104,9 @@ impl Simulation {
         };
         let iterations = args.iterations;
         let name = args.variant.unwrap_or(VariantName::Penalty);
-        // DP Barker's walk is not adapted (`kernels/barker.rs`): its step and batch default to
-        // the thesis's for the preset where it ran one.
-        let thesis_barker = match (name, preset.zip(dim)) {
-            (VariantName::Barker, Some((preset, d))) => preset.thesis_barker(d),
-            _ => None,
-        };
         let variant = Variant::new(
             name,
-            args.batch_size.or(thesis_barker.map(|(_, b)| b)),
+            args.batch_size,
             args.barker_c,
             HmcOptions {
                 leapfrog_steps: args.leapfrog_steps,
@@ -138,7 +132,12 @@ impl Simulation {
             _ => None,
         };
         let (thesis_tau, proposal_sd, clip) = thesis.unwrap_or((0.1, 0.008, 2.0));
-        let proposal_sd = thesis_barker.map_or(proposal_sd, |(sd, _)| sd);
+        // DP Barker's walk is not adapted: its default step is the longest its clip allows
+        // (`kernels::barker::step_within_clip`), its batch the largest the budget allows.
+        let proposal_sd = match variant {
+            Variant::Barker { .. } => args.proposal_sd,
+            _ => Some(args.proposal_sd.unwrap_or(proposal_sd)),
+        };
         let clip = args.clip.unwrap_or(clip);
         // The full-data variant may run as long as the budget allows at a default τ; the
         // others are planned by the parties' accountants from their iterations.
@@ -197,7 +196,7 @@ impl Simulation {
                 warmup: args.warmup,
                 clip,
                 proposal,
-                proposal_sd: args.proposal_sd.unwrap_or(proposal_sd),
+                proposal_sd,
                 adapt: !args.no_adapt.unwrap_or(false),
                 target_accept: proposal.default_target_accept(),
                 seed: args.seed.unwrap_or(1),
