@@ -90,6 +90,7 @@ async fn time_chains<P: PartyHandle>(
         warmup: 1,
         proposal,
         proposal_sd: 0.008,
+        proposal_shape: None,
         clip,
         adapt: false,
         target_accept: 0.25,

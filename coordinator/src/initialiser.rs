@@ -88,15 +88,23 @@ pub struct Initialised {
     /// Per coordinate, how widely the chains' starts are spread: twice the posterior sd
     /// fitted by the Newton rounds.
     pub scale: Vec<f64>,
+    /// The posterior covariance it fitted (row-major rows), whose diagonal `scale` spreads
+    /// by: DP Barker's walk takes its shape (`kernels::barker::step_within_clip`).
+    pub covariance: Vec<Vec<f64>>,
     pub grants: Vec<Grant>,
     pub closed: Vec<Closed>,
 }
 
-impl Initialised {
-    /// The posterior sds it fitted, per coordinate.
-    pub fn sds(&self) -> Vec<f64> {
-        self.scale.iter().map(|s| s / SPREAD).collect()
-    }
+/// The chains' spread for a fitted covariance: [`SPREAD`] times its sds.
+fn scale_of(covariance: &[Vec<f64>]) -> Vec<f64> {
+    (0..covariance.len())
+        .map(|j| SPREAD * covariance[j][j].max(0.0).sqrt())
+        .collect()
+}
+
+/// A matrix as rows.
+fn rows_of(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
+    m.row_iter().map(|r| r.iter().copied().collect()).collect()
 }
 
 impl InitialiserSettings {
@@ -177,7 +185,8 @@ pub async fn run<P: PartyHandle>(
     let grants = federation.open(&plans, model).await?;
     let ascent = ascend(federation, model.as_ref(), settings.steps).await;
     let closed = federation.close().await?;
-    let (point, scale) = ascent?;
+    let (point, covariance) = ascent?;
+    let covariance = rows_of(&covariance);
     Ok(Initialised {
         method: format!(
             "{} noisy clipped-gradient releases of an ascent from the prior's mode, Barzilai–Borwein steps then Newton rounds on fitted Hessians (gradient clip {})",
@@ -185,7 +194,8 @@ pub async fn run<P: PartyHandle>(
         ),
         settings,
         point,
-        scale,
+        scale: scale_of(&covariance),
+        covariance,
         grants,
         closed,
     })
@@ -215,7 +225,7 @@ pub async fn from_summaries<P: PartyHandle>(
     let closed = federation.close().await?;
     let (release, line) = released?;
     let rows = parties.iter().map(|p| p.rows).sum();
-    let (point, sds) = crate::summaries::approximate(model, &release, rows);
+    let (point, covariance) = crate::summaries::approximate(model, &release, rows);
     Ok(Initialised {
         method: format!(
             "the summaries route's {releases} releases (in place of the climb's {} steps): {line}",
@@ -226,7 +236,8 @@ pub async fn from_summaries<P: PartyHandle>(
             ..settings
         },
         point,
-        scale: sds.iter().map(|s| SPREAD * s).collect(),
+        scale: scale_of(&covariance),
+        covariance,
         grants,
         closed,
     })
@@ -261,7 +272,7 @@ async fn ascend<P: PartyHandle>(
     federation: &Federation<P>,
     model: &dyn Model,
     steps: u64,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+) -> anyhow::Result<(Vec<f64>, DMatrix<f64>)> {
     let mut gradients = Gradients {
         link: ChainLink::new(federation, 0),
         model,
@@ -352,14 +363,15 @@ async fn climb<P: PartyHandle>(
 /// curvature asks, which a scalar step length cannot be.
 ///
 /// The point is the median of the later half of the centres along each eigenvector of their
-/// rounds' mean Hessian (one noisy round cannot move it far), and the spread is [`SPREAD`] times the sds of (−H)⁻¹ from those
-/// rounds' mean H: starts overdispersed around the point, as R̂ asks (Gelman & Rubin 1992).
+/// rounds' mean Hessian (one noisy round cannot move it far), and the covariance (−H)⁻¹ of
+/// those rounds' mean H, [`SPREAD`] times whose sds spread the starts: overdispersed around
+/// the point, as R̂ asks (Gelman & Rubin 1992).
 async fn refine<P: PartyHandle>(
     gradients: &mut Gradients<'_, P>,
     reach: &[f64],
     climbed: Climbed,
     rounds: u64,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+) -> anyhow::Result<(Vec<f64>, DMatrix<f64>)> {
     let dim = reach.len();
     let mut centre = climbed.point.clone();
     let mut design = DMatrix::identity(dim, dim) * (DESIGN_WIDTH * climbed.length.sqrt());
@@ -436,11 +448,9 @@ async fn refine<P: PartyHandle>(
         let medians = DVector::from_fn(dim, |k, _| median(along.iter().map(|a| a[k]).collect()));
         (&axes * medians).iter().copied().collect()
     };
-    let spread = match covariance(&mean) {
-        Some(c) => c.diagonal().map(f64::sqrt),
-        None => (&design * design.transpose()).diagonal().map(f64::sqrt) / DESIGN_WIDTH,
-    };
-    Ok((point, (spread * SPREAD).iter().copied().collect()))
+    let fitted = covariance(&mean)
+        .unwrap_or_else(|| &design * design.transpose() / (DESIGN_WIDTH * DESIGN_WIDTH));
+    Ok((point, fitted))
 }
 
 /// (−H)⁻¹ where −H is positive definite, with finite entries.

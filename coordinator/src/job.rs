@@ -181,21 +181,32 @@ pub async fn run<P: PartyHandle>(
     let planned = plan(&parties)?;
     check_draws(settings, planned.iterations)?;
     let plans = run_plans(&parties, threshold, settings, &planned)?;
-    let proposal_sd = match (settings.proposal_sd, &initialised) {
-        (Some(sd), _) => sd,
-        (None, Some(init)) => kernels::barker::step_within_clip(
-            &plans,
-            &parties,
-            model.temperature(),
-            &init.sds(),
-        )
-        .map_err(anyhow::Error::msg)?,
+    // DP Barker's default walk: shaped by the initialiser's fit, its step within the clip.
+    let (proposal_sd, shape) = match (settings.proposal_sd, &initialised) {
+        (Some(sd), _) => (sd, None),
+        (None, Some(init)) => {
+            let step = kernels::barker::step_within_clip(
+                &plans,
+                &parties,
+                model.temperature(),
+                model.dim(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            comments.push((
+                "walk".to_string(),
+                format!(
+                    "N(0, s²·Σ) with s = {step:e}, the longest step within DP Barker's clip, and Σ the initialiser's fitted covariance {:?}",
+                    init.covariance
+                ),
+            ));
+            (step, Some(init.covariance.clone()))
+        }
         (None, None) => anyhow::bail!(
-            "DP Barker's default step is the longest its clip allows at the posterior's scale, which the private initialiser measures; with {} give the walk's sd (--proposal-sd, or proposal_sd in [sampler])",
+            "DP Barker's default walk is shaped by the posterior covariance the private initialiser fits; with {} give the walk's sd (--proposal-sd, or proposal_sd in [sampler])",
             inits.label
         ),
     };
-    let config = sampler_config(settings, planned.iterations, proposal_sd);
+    let config = sampler_config(settings, planned.iterations, proposal_sd, shape);
     config.check(&inits.points, model.dim())?;
     output::prepare_dir(out)?;
     if stop.is_requested() {
@@ -283,13 +294,19 @@ fn warmup(settings: &JobSettings, iterations: u64) -> u64 {
 
 /// The sampler's configuration for `iterations` per chain: what it can check before
 /// anything is released.
-fn sampler_config(settings: &JobSettings, iterations: u64, proposal_sd: f64) -> SamplerConfig {
+fn sampler_config(
+    settings: &JobSettings,
+    iterations: u64,
+    proposal_sd: f64,
+    proposal_shape: Option<Vec<Vec<f64>>>,
+) -> SamplerConfig {
     SamplerConfig {
         variant: settings.variant,
         chains: settings.chains,
         iterations,
         warmup: warmup(settings, iterations),
         proposal_sd,
+        proposal_shape,
         clip: settings.clip,
         proposal: settings.proposal,
         adapt: settings.adapt && settings.variant.adapts(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::models::Model;
-use fedmcmc_common::proposal::ProposalKind;
+use fedmcmc_common::proposal::{Proposal, ProposalKind};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -32,6 +32,8 @@ pub struct SamplerConfig {
     pub proposal: ProposalKind,
     /// Initial proposal standard deviation (the walk's, or one component's step).
     pub proposal_sd: f64,
+    /// DP Barker's walk shape Σ (rows): θ′ ~ N(θ, proposal_sd²·Σ); `None`: isotropic.
+    pub proposal_shape: Option<Vec<Vec<f64>>>,
     /// The run's per-row ratio clip coefficient (DP HMC rejects trajectories too long for
     /// it).
     pub clip: f64,
@@ -62,6 +64,17 @@ impl SamplerConfig {
         self.variant
             .check_proposal(self.proposal)
             .map_err(SampleError::Config)?;
+        if let Some(shape) = &self.proposal_shape {
+            if !matches!(self.variant, Variant::Barker { .. }) {
+                return Err(SampleError::Config(format!(
+                    "a shaped walk is DP Barker's, not the {} variant's",
+                    self.variant.name()
+                )));
+            }
+            Proposal::new(ProposalKind::Rw, self.proposal_sd, dim)
+                .shaped(shape)
+                .map_err(SampleError::Config)?;
+        }
         if inits.len() != self.chains as usize {
             return Err(SampleError::Config(format!(
                 "{} initial points for {} chains",
@@ -335,7 +348,12 @@ pub async fn sample<P: PartyHandle>(
         Variant::Barker { c, .. } => {
             let fit =
                 Arc::new(CorrectionFit::load(c).map_err(|e| SampleError::Config(e.to_string()))?);
-            chains.spawn(|| Barker::new(Arc::clone(&model), Arc::clone(&fit), sd, target))
+            let shape = config.proposal_shape.as_deref();
+            // The shape was checked with the config (`SamplerConfig::check`).
+            chains.spawn(|| {
+                Barker::new(Arc::clone(&model), Arc::clone(&fit), sd, target, shape)
+                    .expect("a checked shape")
+            })
         }
         Variant::Hmc {
             leapfrog_steps,

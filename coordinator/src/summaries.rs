@@ -149,6 +149,7 @@ pub async fn run<P: PartyHandle>(
         warmup: sampled.warmup as u64,
         proposal: ProposalKind::Rw,
         proposal_sd: 0.0,
+        proposal_shape: None,
         clip: 0.0,
         adapt: true,
         target_accept: hmc::TARGET_ACCEPT,
@@ -248,21 +249,33 @@ pub(crate) async fn release<P: PartyHandle>(
     Ok((fin, line))
 }
 
-/// A point of the final summary's noise-aware posterior and its approximate sds: the mode
-/// of a quadratic summary's [`Approximation`], or θ of the mean a mean summary estimates
-/// with that estimate's sds (in u, which is θ up to the banana's shear).
-pub(crate) fn approximate(model: &Arc<dyn Model>, fin: &Final, rows: u64) -> (Vec<f64>, Vec<f64>) {
+/// A point of the final summary's noise-aware posterior and its approximate covariance
+/// (rows): the mode of a quadratic summary's [`Approximation`] with its H⁻¹, or θ of the
+/// mean a mean summary estimates with that estimate's variances (in u, which is θ up to the
+/// banana's shear; their correlation is not estimated).
+pub(crate) fn approximate(
+    model: &Arc<dyn Model>,
+    fin: &Final,
+    rows: u64,
+) -> (Vec<f64>, Vec<Vec<f64>>) {
     match quadratic(model.as_ref()) {
         Some(_) => {
             let approximation = Approximation::of(model.as_ref(), &fin.quadratic());
-            let sds = approximation.sds();
-            (approximation.mode, sds)
+            let d = approximation.mode.len();
+            let covariance = approximation
+                .covariance()
+                .map(|c| c.row_iter().map(|r| r.iter().copied().collect()).collect())
+                .unwrap_or_else(|| vec![vec![0.0; d]; d]);
+            (approximation.mode, covariance)
         }
         None => {
             let posterior =
                 MeanPosterior::new(Arc::clone(model), &fin.value, fin.noise_variance, rows);
             let (u, sds) = posterior.u_estimate();
-            (posterior.theta_of(u), sds)
+            let covariance = (0..sds.len())
+                .map(|i| (0..sds.len()).map(|j| if i == j { sds[i] * sds[i] } else { 0.0 }).collect())
+                .collect();
+            (posterior.theta_of(u), covariance)
         }
     }
 }

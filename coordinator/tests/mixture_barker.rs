@@ -59,6 +59,7 @@ async fn experiment(rows: usize, iterations: u64) -> (Vec<Vec<f64>>, f64, f64, f
         warmup: iterations / 4,
         proposal: fedmcmc_common::proposal::ProposalKind::Rw,
         proposal_sd: 0.08,
+        proposal_shape: None,
         clip: 0.0,
         adapt: false,
         target_accept: 0.25,

@@ -36,6 +36,12 @@ impl Walk {
         }
     }
 
+    /// The walk shaped by `covariance` ([`Proposal::shaped`]).
+    pub fn shaped(mut self, covariance: &[Vec<f64>]) -> Result<Self, String> {
+        self.proposal = self.proposal.shaped(covariance)?;
+        Ok(self)
+    }
+
     /// Proposes θ′ from `theta` and returns the prior's and the proposal's log ratios,
     /// ln p(θ′) − ln p(θ) and ln q(θ|θ′) − ln q(θ′|θ).
     pub fn propose(&mut self, theta: &[f64], rng: &mut ChaCha8Rng) -> (f64, f64) {
