@@ -198,6 +198,41 @@ async fn initial_points_of_the_wrong_dimension_are_refused_before_opening() {
     assert!(err.contains("not a finite vector"), "{err}");
 }
 
+/// DP Barker's default walk is shaped by the private initialiser's fit: from a given point
+/// with no walk sd there is none, so the job is refused before any run is opened. The
+/// budget too small for any batch is refused likewise.
+#[tokio::test]
+async fn a_barker_job_without_a_walk_or_a_batch_that_fits_is_refused_before_opening() {
+    let s = setup();
+    let out = tempfile::tempdir().unwrap();
+    let barker = JobSettings {
+        variant: fedmcmc_coordinator::variant::Variant::Barker {
+            batch_size: None,
+            c: 2.0,
+        },
+        tau: None,
+        clip: 0.0,
+        proposal_sd: None,
+        ..settings(100)
+    };
+    let err = s.refused(&barker, inits(&[0.0, 3.0]), out.path()).await;
+    assert!(
+        err.contains("shaped by the posterior covariance") && err.contains("--proposal-sd"),
+        "{err}"
+    );
+    let err = s
+        .refused(
+            &JobSettings {
+                iterations: Some(1 << 40),
+                ..barker
+            },
+            inits(&[0.0, 3.0]),
+            out.path(),
+        )
+        .await;
+    assert!(err.contains("fit no batch"), "{err}");
+}
+
 #[tokio::test]
 async fn an_unwritable_output_directory_is_refused_before_opening() {
     let s = setup();
