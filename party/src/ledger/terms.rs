@@ -104,7 +104,7 @@ impl RunTerms {
     pub fn gradient_release(&self) -> Option<(f64, f64)> {
         match self.hmc {
             Some(h) => Some((h.gradient_clip, h.gradient_multiplier)),
-            None => (self.variant == crate::node::INITIALISER)
+            None => (self.variant == crate::variants::INITIALISER)
                 .then_some((self.clip, self.noise_multiplier)),
         }
     }
