@@ -267,8 +267,18 @@ impl Ledger {
 
     /// A copy of the ledger at `path` in memory, read without its owner's lock, for
     /// reporting on a party while it serves (`party status`): SQLite's WAL lets a reader see
-    /// the last committed state beside the writer. Nothing is written to the file.
+    /// the last committed state beside the writer. Nothing is written to the file. After a
+    /// machine crash the copy is as the next `party serve` will hold it: the runs that were
+    /// open are closed at their whole plan.
     pub fn snapshot(path: &Path) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
+        Self::snapshot_at_boot(path, boot::current())
+    }
+
+    /// [`Ledger::snapshot`] on the boot `boot`.
+    pub(crate) fn snapshot_at_boot(
+        path: &Path,
+        boot: Option<String>,
+    ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         if !path.is_file() {
             return Err(LedgerError::Storage {
                 path: path.to_path_buf(),
@@ -282,7 +292,7 @@ impl Ledger {
             None::<fn(rusqlite::backup::Progress)>,
         )
         .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, None, None)
+        Self::start(conn, path, None, boot)
     }
 
     /// A ledger that lives in memory only: the same code path without the fsync, for
@@ -308,21 +318,21 @@ impl Ledger {
         conn.execute_batch(SCHEMA).map_err(sql)?;
         conn.execute_batch(boot::SCHEMA).map_err(sql)?;
         migrate(&conn).map_err(sql)?;
-        let relaxed = match (&owner, boot) {
-            (Some(_), Some(boot)) => {
-                for run_id in boot::start(&conn, &boot).map_err(sql)? {
-                    tracing::warn!(
-                        run_id,
-                        "run closed at its whole plan: it was open when the machine stopped \
-                         without this ledger's clean stop"
-                    );
-                }
-                conn.pragma_update(None, "synchronous", "NORMAL")
-                    .map_err(sql)?;
-                true
+        if let Some(boot) = &boot {
+            for run_id in boot::start(&conn, boot).map_err(sql)? {
+                tracing::warn!(
+                    run_id,
+                    "run closed at its whole plan: it was open when the machine stopped \
+                     without this ledger's clean stop"
+                );
             }
-            _ => false,
-        };
+        }
+        // Only a durable ledger on a known boot commits releases without their own fsync.
+        let relaxed = owner.is_some() && boot.is_some();
+        if relaxed {
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(sql)?;
+        }
         let runs = read_open_runs(&conn).map_err(sql)?;
         Ok((
             Ledger {

@@ -297,6 +297,26 @@ fn after_a_machine_crash_open_runs_are_charged_their_whole_plan() {
     assert_eq!(ledger.closed_runs().unwrap().charges[0].releases, 10);
 }
 
+/// `party status` reports a ledger as the next `party serve` will hold it: after a machine
+/// crash, its snapshot shows the open run closed at its plan, while the file itself is left
+/// for the serving party to close.
+#[test]
+fn a_snapshot_after_a_machine_crash_shows_the_runs_closed_at_their_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    three_of_ten(&path, Some("boot-a"), Ledger::crash);
+    let (snapshot, open) = Ledger::snapshot_at_boot(&path, Some("boot-b".into())).unwrap();
+    assert!(open.is_empty(), "the snapshot's run is closed");
+    assert_eq!(snapshot.closed_runs().unwrap().charges[0].releases, 10);
+    // On the boot that wrote it, or with the boot unknown, the run is still open.
+    for boot in [Some("boot-a".to_string()), None] {
+        let (_, open) = Ledger::snapshot_at_boot(&path, boot).unwrap();
+        assert_eq!(open.len(), 1);
+    }
+    let (_, open) = Ledger::open_at_boot(&path, Some("boot-a".into())).unwrap();
+    assert_eq!((open.len(), open[0].released), (1, 3), "the file is unchanged");
+}
+
 /// The party's process dying (kill -9) loses no release that was committed: the kernel
 /// still holds it. On the same boot the run stays open with its releases, as after a clean
 /// stop on any boot, and as on a ledger of a version that fsync'd every release.
