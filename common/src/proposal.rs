@@ -324,8 +324,14 @@ mod tests {
     /// positive definite are refused.
     #[test]
     fn the_shaped_walk_moves_with_its_covariance() {
-        let sigma = vec![vec![4.0, 1.8, 0.0], vec![1.8, 1.0, -0.2], vec![0.0, -0.2, 0.25]];
-        let mut walk = Proposal::new(ProposalKind::Rw, 0.5, 3).shaped(&sigma).unwrap();
+        let sigma = vec![
+            vec![4.0, 1.8, 0.0],
+            vec![1.8, 1.0, -0.2],
+            vec![0.0, -0.2, 0.25],
+        ];
+        let mut walk = Proposal::new(ProposalKind::Rw, 0.5, 3)
+            .shaped(&sigma)
+            .unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let (theta, mut out, n) = ([1.0, 2.0, 3.0], [0.0; 3], 40_000);
         let mut sum = [[0.0; 3]; 3];
@@ -344,9 +350,21 @@ mod tests {
                 assert!((got - sigma[i][j]).abs() < 5.0 * se, "({i}, {j}): {got}");
             }
         }
-        assert!(Proposal::new(ProposalKind::Ocu, 0.5, 3).shaped(&sigma).is_err());
-        let flat = vec![vec![1.0, 1.0, 0.0], vec![1.0, 1.0, 0.0], vec![0.0, 0.0, 1.0]];
-        assert!(Proposal::new(ProposalKind::Rw, 0.5, 3).shaped(&flat).is_err());
+        assert!(
+            Proposal::new(ProposalKind::Ocu, 0.5, 3)
+                .shaped(&sigma)
+                .is_err()
+        );
+        let flat = vec![
+            vec![1.0, 1.0, 0.0],
+            vec![1.0, 1.0, 0.0],
+            vec![0.0, 0.0, 1.0],
+        ];
+        assert!(
+            Proposal::new(ProposalKind::Rw, 0.5, 3)
+                .shaped(&flat)
+                .is_err()
+        );
     }
 
     /// OCU and the guided walk move exactly one coordinate, each about equally often; the

@@ -6,7 +6,9 @@
 //! its ratio and L + 1 gradients, Thm 4.3), or the iterations are given and each party
 //! calibrates its own τ. Giving both is checked: a plan that does not fit is an error naming
 //! the party and what does fit.
-use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Release, max_mu};
+use fedmcmc_common::accountant::{
+    Choice, Composition, MechanismKind, Release, largest_fitting, max_mu,
+};
 
 use crate::federation::{NoiseChoice, PartyInfo};
 use crate::variant::{BARKER_MIN_BATCH, Variant, split};
@@ -149,7 +151,7 @@ pub fn barker_batch(parties: &[PartyInfo], chains: u32, iterations: u64) -> Resu
         }
         Ok(true)
     };
-    let (mut lo, mut hi) = (total, total);
+    let (mut lo, mut hi) = (total, total + 1);
     while !fits(lo)? {
         hi = lo;
         lo /= 2;
@@ -159,16 +161,8 @@ pub fn barker_batch(parties: &[PartyInfo], chains: u32, iterations: u64) -> Resu
             ));
         }
     }
-    // lo fits; hi does not, unless it is lo itself (every row fits).
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(lo)
+    // lo fits, and hi does not (or is past every row).
+    largest_fitting(lo, hi, fits)
 }
 
 /// Most DP Barker releases of `batch` of its rows `party` can make after what it has spent.
@@ -196,12 +190,13 @@ fn barker_releases_that_fit(party: &PartyInfo, batch: u64) -> Result<u64, String
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use fedmcmc_common::accountant::{Accountant, max_mu, max_releases};
 
     use super::*;
 
-    fn party(name: &str, rows: u64, epsilon: f64, delta: f64) -> PartyInfo {
+    /// A party of `rows` banana rows with a fresh budget (ε, δ).
+    pub(crate) fn party(name: &str, rows: u64, epsilon: f64, delta: f64) -> PartyInfo {
         PartyInfo {
             name: name.into(),
             model: "banana".into(),
@@ -238,8 +233,18 @@ mod tests {
         assert!((1_000..1_600).contains(&b), "{b}");
         let fit = |b: u64, p: &PartyInfo| barker_releases_that_fit(p, b).unwrap();
         let shares = split(b, &rows);
-        assert!(parties.iter().zip(&shares).all(|(p, &s)| fit(s, p) >= 4 * 434));
-        assert!(parties.iter().zip(&shares).any(|(p, &s)| fit(s + 1, p) < 4 * 434));
+        assert!(
+            parties
+                .iter()
+                .zip(&shares)
+                .all(|(p, &s)| fit(s, p) >= 4 * 434)
+        );
+        assert!(
+            parties
+                .iter()
+                .zip(&shares)
+                .any(|(p, &s)| fit(s + 1, p) < 4 * 434)
+        );
         let refused = barker_batch(&parties, 4, 1_000_000).unwrap_err();
         assert!(refused.contains("fit no batch"), "{refused}");
     }

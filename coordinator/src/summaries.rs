@@ -273,7 +273,11 @@ pub(crate) fn approximate(
                 MeanPosterior::new(Arc::clone(model), &fin.value, fin.noise_variance, rows);
             let (u, sds) = posterior.u_estimate();
             let covariance = (0..sds.len())
-                .map(|i| (0..sds.len()).map(|j| if i == j { sds[i] * sds[i] } else { 0.0 }).collect())
+                .map(|i| {
+                    (0..sds.len())
+                        .map(|j| if i == j { sds[i] * sds[i] } else { 0.0 })
+                        .collect()
+                })
                 .collect();
             (posterior.theta_of(u), covariance)
         }

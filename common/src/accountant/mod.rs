@@ -33,6 +33,7 @@ pub use composition::{
 };
 pub use gaussian::{GaussianComposition, max_mu, mu_per_release};
 pub use measure::{Measure, StatedError};
+pub use solve::largest_fitting;
 use solve::{next_down, next_up};
 
 /// Invalid input to an accountant; each message is one sentence naming the bad value.

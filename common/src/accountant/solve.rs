@@ -43,6 +43,16 @@ pub(crate) fn last_fitting<E>(
         lo = hi;
         hi = hi.saturating_mul(2).min(limit);
     }
+    largest_fitting(lo, hi, fits).map(Some)
+}
+
+/// The largest k in [lo, hi) with `fits(k)`, given that it holds at `lo`, fails at `hi`, and
+/// once it fails keeps failing above: bisection.
+pub fn largest_fitting<E>(
+    mut lo: u64,
+    mut hi: u64,
+    mut fits: impl FnMut(u64) -> Result<bool, E>,
+) -> Result<u64, E> {
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {
@@ -51,7 +61,7 @@ pub(crate) fn last_fitting<E>(
             hi = mid;
         }
     }
-    Ok(Some(lo))
+    Ok(lo)
 }
 
 /// The threshold of a predicate on (0, ∞) that fails below it and holds above (such as "the

@@ -157,29 +157,27 @@ mod tests {
     /// rows' Fisher information read off the fitted covariance (tr(HΣ̂) = d).
     #[test]
     fn the_default_step_stays_within_the_clip() {
-        let party = |name: &str, rows: u64| PartyInfo {
-            name: name.into(),
-            model: "banana".into(),
-            model_fingerprint: "f".into(),
-            dim: 2,
-            rows,
-            neighbours: fedmcmc_common::neighbours::Neighbours::Substitute,
-            epsilon: 1.0,
-            delta: 1e-6,
-            epsilon_committed: 0.0,
-            mu_remaining: 1.0,
-            variants: Vec::new(),
-            secure_aggregation: false,
-        };
+        let party = |name: &str, rows: u64| crate::planning::tests::party(name, rows, 1.0, 1e-6);
         let parties = [party("a", 1000), party("b", 3000)];
         let plans: Vec<RunPlan> = crate::variant::Variant::Barker {
             batch_size: Some(400),
             c: 2.0,
         }
-        .plans(&parties, 1, 10, 0.0, crate::federation::NoiseChoice::Calibrate)
+        .plans(
+            &parties,
+            1,
+            10,
+            0.0,
+            crate::federation::NoiseChoice::Calibrate,
+        )
         .unwrap();
         let clip = |p: &RunPlan, rows: u64| {
-            barker_bound(rows as usize, p.batch_size.unwrap(), p.barker_variance.unwrap()).row
+            barker_bound(
+                rows as usize,
+                p.batch_size.unwrap(),
+                p.barker_variance.unwrap(),
+            )
+            .row
         };
         let smallest = clip(&plans[0], 1000).min(clip(&plans[1], 3000));
         let step = step_within_clip(&plans, &parties, 0.5, 2).unwrap();

@@ -314,7 +314,11 @@ fn a_snapshot_after_a_machine_crash_shows_the_runs_closed_at_their_plan() {
         assert_eq!(open.len(), 1);
     }
     let (_, open) = Ledger::open_at_boot(&path, Some("boot-a".into())).unwrap();
-    assert_eq!((open.len(), open[0].released), (1, 3), "the file is unchanged");
+    assert_eq!(
+        (open.len(), open[0].released),
+        (1, 3),
+        "the file is unchanged"
+    );
 }
 
 /// The party's process dying (kill -9) loses no release that was committed: the kernel

@@ -61,13 +61,7 @@ impl BatchRatio<'_> {
             &drawn
         };
         let mut terms = vec![0.0; b];
-        model.clipped_llr_terms(
-            batch_rows,
-            self.theta,
-            self.theta_proposed,
-            row,
-            &mut terms,
-        );
+        model.clipped_llr_terms(batch_rows, self.theta, self.theta_proposed, row, &mut terms);
         let scale = n as f64 / b as f64;
         let sum: f64 = terms.iter().sum();
         let mean = sum / b as f64;
@@ -198,7 +192,10 @@ mod tests {
                 r.clamp(-row, row)
             })
             .collect();
-        assert!(terms.iter().any(|t| t.abs() == row), "some rows are clipped");
+        assert!(
+            terms.iter().any(|t| t.abs() == row),
+            "some rows are clipped"
+        );
         let sum: f64 = terms.iter().sum();
         let mean = sum / 50.0;
         let spread: f64 = terms.iter().map(|t| (t - mean).powi(2)).sum();
