@@ -383,6 +383,13 @@ pub async fn preview<P: PartyHandle>(
         );
         run_plans(&planned_on, threshold, settings, &planned)?
     };
+    let batches: Vec<String> = plans
+        .iter()
+        .filter_map(|p| p.batch_size.map(|b| b.to_string()))
+        .collect();
+    if !batches.is_empty() {
+        out += &format!("batch per step: {} rows\n", batches.join(" + "));
+    }
     out += &format!(
         "\n{:<16} {:>9} {:>10} {:>12} {:>9} {:>10} {:>16}\n",
         "party", "rows", "ε budget", "ε committed", "steps", "tau", "ε after (≈)"

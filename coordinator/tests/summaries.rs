@@ -368,6 +368,24 @@ async fn a_dry_run_plans_each_party_and_spends_nothing() {
     for i in 1..=3 {
         assert!(plan.contains(&format!("party-{i} ")), "{plan}");
     }
+    // DP Barker's batch, the largest the budgets allow, is shown split among the parties.
+    let mut barker = settings(
+        Variant::Barker {
+            batch_size: None,
+            c: 2.0,
+        },
+        None,
+    );
+    (barker.clip, barker.proposal_sd, barker.iterations) = (0.0, None, Some(20));
+    // (At ε = 3 no batch fits even 20 Barker steps a chain here: Thm 3.3 is costly.)
+    let e = preview(barker.clone(), 2.0).await.unwrap_err();
+    assert!(format!("{e:#}").contains("fit no batch"), "{e:#}");
+    let generous = federated(&spec, 3000, 1000.0, 9);
+    let start = private_start(generous.model.as_ref(), 2.0);
+    let plan = job::preview(&generous.federation, &generous.model, &barker, &start)
+        .await
+        .unwrap();
+    assert!(plan.contains("batch per step: "), "{plan}");
     for node in &f.nodes {
         assert_eq!(node.describe().epsilon_committed, 0.0);
     }
