@@ -5,7 +5,10 @@
 //! from the prior N(0, s²) (s = 1, 0.5 for the poisson family, whose counts must stay within
 //! their bound); with `fixed`, θ is the examples' (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons]
+//!
+//! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`); each
+//! d has its own rows (3: 2 000, 5: 20 000, 6: 100 000).
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
@@ -17,7 +20,14 @@ fn main() {
         .nth(1)
         .map_or(100, |a| a.parse().expect("reps"));
     let from_prior = std::env::args().nth(2).is_none_or(|a| a == "prior");
-    let only = std::env::args().nth(3);
+    let only = std::env::args().nth(3).filter(|f| f != "all");
+    let list = |n: usize| -> Option<Vec<f64>> {
+        std::env::args()
+            .nth(n)
+            .map(|a| a.split(',').map(|v| v.parse().expect("a number")).collect())
+    };
+    let (dims, epsilons) = (list(4), list(5));
+    let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
         "family    d  rows    eps   aware50 aware90 plug50 plug90 exact50 exact90 intervals converged"
     );
@@ -29,7 +39,13 @@ fn main() {
             continue;
         }
         for (dim, rows) in [(3, 2_000), (5, 20_000), (6, 100_000)] {
+            if !chosen(&dims, dim as f64) {
+                continue;
+            }
             for epsilon in [0.5, 1.0, 3.0, 10.0] {
+                if !chosen(&epsilons, epsilon) {
+                    continue;
+                }
                 let config = Config {
                     family,
                     dim,
