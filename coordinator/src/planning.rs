@@ -7,7 +7,7 @@
 //! calibrates its own τ. Giving both is checked: a plan that does not fit is an error naming
 //! the party and what does fit.
 use fedmcmc_common::accountant::{
-    Choice, Composition, MechanismKind, Release, largest_fitting, max_mu,
+    Choice, Composition, CompositionError, MechanismKind, Release, largest_fitting, max_mu,
 };
 
 use crate::federation::{NoiseChoice, PartyInfo};
@@ -128,8 +128,10 @@ pub fn plan(
 /// (Räisä 2020, Thm 3.3), so the larger the batch the further the walk may step
 /// (`kernels::barker::step_within_clip`). A step's cost grows with b, but Thm 3.3's bound
 /// holds only at orders α < b/5, so a small batch is costly too (at b = 16 only α = 3 is
-/// left, whose conversion alone costs ln(1/δ)/2): halving from every row finds a batch that
-/// fits, then bisection the largest between it and its double. A party's cost is its
+/// left, whose conversion alone costs ln(1/δ)/2): stepping down from every row by a factor of
+/// 2^¼ finds a batch that fits, then bisection the largest between it and the step above (the
+/// batches that fit would have to lie within that factor of each other to be missed; a
+/// `--batch-size` among them is still taken). A party's cost is its
 /// accountant's: the releases' RDP (Thm 3.3 via Wang et al. 2019, Thm 9) composed after
 /// what it has spent, one Gaussian release of its spent μ. Each party's own accountant still
 /// decides at OpenRun; this is the coordinator's reading of it.
@@ -154,7 +156,7 @@ pub fn barker_batch(parties: &[PartyInfo], chains: u32, iterations: u64) -> Resu
     let (mut lo, mut hi) = (total, total + 1);
     while !fits(lo)? {
         hi = lo;
-        lo /= 2;
+        lo = (lo as f64 / BARKER_BATCH_STEP) as u64;
         if lo < BARKER_MIN_BATCH {
             return Err(format!(
                 "{iterations} iterations per chain of the barker variant with {chains} chains fit no batch within every party's privacy budget (Räisä 2020, Thm 3.3): give fewer iterations, or raise the budgets"
@@ -165,7 +167,11 @@ pub fn barker_batch(parties: &[PartyInfo], chains: u32, iterations: u64) -> Resu
     largest_fitting(lo, hi, fits)
 }
 
-/// Most DP Barker releases of `batch` of its rows `party` can make after what it has spent.
+/// The factor between the batches [`barker_batch`] tries on its way down.
+const BARKER_BATCH_STEP: f64 = 1.189_207_115_002_721; // 2^¼
+
+/// Most DP Barker releases of `batch` of its rows `party` can make after what it has spent
+/// (0 when what it has spent alone exceeds its budget, as the party counts it).
 fn barker_releases_that_fit(party: &PartyInfo, batch: u64) -> Result<u64, String> {
     // μ adds over Gaussian releases (1/(2s²) each), so what is spent is one release of it.
     let total = max_mu(party.epsilon, party.delta).map_err(|e| e.to_string())?;
@@ -183,10 +189,11 @@ fn barker_releases_that_fit(party: &PartyInfo, batch: u64) -> Result<u64, String
         batch,
         population: party.rows,
     };
-    Choice::Best
-        .max_releases(&prefix, mechanism, 1.0, party.epsilon, party.delta)
-        .map(|answer| answer.estimate.value.releases)
-        .map_err(|e| format!("party {}: {e}", party.name))
+    match Choice::Best.max_releases(&prefix, mechanism, 1.0, party.epsilon, party.delta) {
+        Ok(answer) => Ok(answer.estimate.value.releases),
+        Err(CompositionError::PrefixExceedsBudget) => Ok(0),
+        Err(e) => Err(format!("party {}: {e}", party.name)),
+    }
 }
 
 #[cfg(test)]
