@@ -39,9 +39,8 @@ pub enum VariantName {
 pub const DEFAULT_BATCH: u64 = 1000;
 /// DP Barker's total noise variance when none is given: the C of Räisä 2020, Thm 3.3.
 pub const DEFAULT_BARKER_C: f64 = 2.0;
-/// The fewest rows a party may draw per DP Barker step, as its accountant takes them (Räisä
-/// 2020, Thm 3.3 holds only at the integer orders 2 < α < b/5).
-pub const BARKER_MIN_BATCH: u64 = 16;
+/// The fewest rows a party may draw per DP Barker step: the fewest its accountant takes.
+pub use fedmcmc_common::accountant::rdp::MIN_BARKER_BATCH as BARKER_MIN_BATCH;
 /// DP HMC's leapfrog steps per iteration when none are given: the thesis's L for the
 /// bananas (Räisä 2020, Sec. 6.3).
 pub const DEFAULT_LEAPFROG_STEPS: u32 = 10;

@@ -61,6 +61,9 @@ static ORDERS: LazyLock<Vec<f64>> = LazyLock::new(|| {
 
 /// The largest integer order of the dense part of the grid.
 const MAX_DENSE_ORDER: u32 = 256;
+/// The smallest DP Barker batch accounted: Räisä 2020, Thm 3.3 holds only at the integer
+/// orders 2 < α < b/5, and below 16 rows too few are left to convert.
+pub const MIN_BARKER_BATCH: u64 = 16;
 
 /// ε(α) on the grid [`RdpCurve::orders`], with the neighbour relation it holds under (`None`:
 /// either, as for the plain Gaussian whose multiplier the caller took under its relation).
@@ -154,7 +157,7 @@ impl RdpCurve {
     /// orders 2 < α < b/5, so converting picks the optimal integer order there.
     pub fn dp_barker(batch: u64, population: u64) -> Result<Self, RdpError> {
         let q = sampling_fraction(batch, population)?;
-        if batch < 16 {
+        if batch < MIN_BARKER_BATCH {
             return Err(RdpError::BarkerBatchTooSmall(batch));
         }
         Ok(Self::from_fn(Some(Neighbours::Substitute), |a| {
