@@ -163,6 +163,11 @@ fn blob_to_f64s(b: &[u8]) -> Vec<f64> {
         .collect()
 }
 
+/// The releases are one B-tree keyed by (run, step, chain), without a rowid: a frame's
+/// releases (every chain's same step) then land side by side at its end, so a commit writes
+/// about one page to the WAL. Keyed by chain first, beside a rowid table, a frame of 4 chains
+/// dirtied 5 pages, and the party's frame took 135 µs instead of 94 (issue 25). A ledger made
+/// before keeps its table: the same columns and key, in another order.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -183,8 +188,8 @@ CREATE TABLE IF NOT EXISTS releases (
     inputs BLOB NOT NULL,
     value BLOB NOT NULL,
     noise_variance REAL NOT NULL,
-    PRIMARY KEY (run_id, chain, step)
-);
+    PRIMARY KEY (run_id, step, chain)
+) WITHOUT ROWID;
 ";
 
 /// Columns added since the first schema, with their type: added to an older ledger at open.

@@ -81,7 +81,21 @@ fn a_ledger_of_the_first_schema_is_migrated() {
             );",
         )
         .unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        // The first schema's releases: a rowid table keyed by (run, chain, step).
+        conn.execute_batch(
+            "CREATE TABLE releases (
+                run_id TEXT NOT NULL REFERENCES runs(run_id),
+                chain INTEGER NOT NULL,
+                step INTEGER NOT NULL,
+                mechanism TEXT NOT NULL,
+                noise_multiplier REAL NOT NULL,
+                inputs BLOB NOT NULL,
+                value BLOB NOT NULL,
+                noise_variance REAL NOT NULL,
+                PRIMARY KEY (run_id, chain, step)
+            );",
+        )
+        .unwrap();
         for (run_id, closed) in [("old", 1), ("live", 0)] {
             // The first schema's columns.
             conn.execute(
