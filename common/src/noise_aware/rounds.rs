@@ -16,7 +16,21 @@
 //!   coefficient by coefficient (√Σ(mₐΔₐ)², mₐ = max |x̃ₐ|), so a noisy or far-off quadratic
 //!   cannot throw the centre away. Piloting stops once a step is shorter than [`SETTLED`]
 //!   posterior sds, or when one release is left.
-//! - The final releases, all at the last centre, are averaged: m releases at one noise
+//! - The finals' centre is the last pilot's target, except when piloting ran out of
+//!   releases without settling (the budget's noise, not the climb, keeps the steps long):
+//!   then it is the average of the last [`FINAL_CENTRE_TARGETS`] pilots' targets. Each
+//!   target is the previous centre plus a noisy Newton step, so once the pilots only scatter
+//!   about the mode the targets' errors are mostly their releases' independent noises, and
+//!   their average is up to √k times closer to the mode. The final quadratic is fitted about this
+//!   centre, so its error grows with the centre's distance from the mode. On logistic GLMs
+//!   with θ drawn from N(0, 1) at ε ≤ 1 (d = 5, 20 000 rows; 7 pilots of 8 releases; the
+//!   calibration example's seeds) the last target alone left 90 % intervals covering
+//!   0.856 (ε = 0.5) and 0.860 (ε = 1) over 200 repetitions, the average of three 0.880
+//!   and 0.866 (the exact posterior on the same rows 0.901): better, still short. Averaging
+//!   five reached back into the climb (0.876 against 0.896 at ε = 1, 100 repetitions). At
+//!   d = 6 with 100 000 rows it changed nothing measurable (0.857 and 0.875 against 0.862
+//!   and 0.868; exact 0.883): there the centre is not what limits coverage.
+//! - The final releases, all at that centre, are averaged: m releases at one noise
 //!   multiplier s compose exactly like one at s/√m (Gaussian privacy losses add), so the
 //!   average has the noise of one release with m of the run's shares. Their window is
 //!   [`FINAL_SPREAD`] sds of the linear predictor under the last pilot's approximation (at
@@ -84,6 +98,9 @@ pub const MAX_FINAL_WINDOW: f64 = 4.0;
 /// A Newton step shorter than this in the released curvature's norm, √(ΔᵀÂΔ) (about that
 /// many posterior sds), means the centre is at the mode: piloting stops.
 pub const SETTLED: f64 = 1.0;
+/// How many of the last pilots' targets the finals' centre averages when piloting ran out of
+/// releases without settling (the first, global pilot never counts).
+pub const FINAL_CENTRE_TARGETS: usize = 3;
 /// The first pilot's Chebyshev window in the linear predictor when none is given.
 pub const DEFAULT_WINDOW: f64 = 2.0;
 /// The most a step of the pilots may move the linear predictor, √Σ(mₐΔₐ)² with mₐ the
@@ -236,6 +253,9 @@ impl Rounds {
             let made = self.done + 1;
             let left = self.schedule.releases - made;
             self.piloting = !(made >= self.schedule.min_pilots && (settled || left <= 1));
+            if !self.piloting && !settled {
+                self.centre = self.averaged_target();
+            }
             if !self.piloting && !self.quadratic().tilted() {
                 self.final_window = (FINAL_SPREAD
                     * approximation.predictor_sd(&self.reach_weights()))
@@ -251,6 +271,16 @@ impl Rounds {
             self.noise_variance += noise_variance;
         }
         self.done += 1;
+    }
+
+    /// The average of the last [`FINAL_CENTRE_TARGETS`] pilots' targets after the first
+    /// pilot (the last target alone when there is no other).
+    fn averaged_target(&self) -> Vec<f64> {
+        let k = FINAL_CENTRE_TARGETS.min(self.pilots.len() - 1).max(1);
+        let last = &self.pilots[self.pilots.len() - k..];
+        (0..self.model.dim())
+            .map(|i| last.iter().map(|p| p.next[i]).sum::<f64>() / k as f64)
+            .collect()
     }
 
     /// `next`, pulled back towards the centre so that the step's reach √Σ(mₐΔₐ)² is at most
