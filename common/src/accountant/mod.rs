@@ -17,6 +17,7 @@ mod gaussian;
 mod measure;
 pub mod pld;
 pub mod rdp;
+mod release;
 mod solve;
 mod special;
 pub mod zcdp;
@@ -28,11 +29,11 @@ use serde::{Deserialize, Serialize};
 
 pub use cancel::Cancel;
 pub use composition::{
-    Answer, Choice, Composition, CompositionError, Estimate, Failure, MaxReleases, MechanismKind,
-    Method, Release,
+    Answer, Choice, Composition, CompositionError, Estimate, Failure, MaxReleases, Method,
 };
 pub use gaussian::{GaussianComposition, max_mu, mu_per_release};
 pub use measure::{Measure, StatedError};
+pub use release::{MechanismKind, Release};
 pub use solve::largest_fitting;
 use solve::{next_down, next_up};
 
