@@ -5,10 +5,11 @@
 //! from the prior N(0, s²) (s = 1, 0.5 for the poisson family, whose counts must stay within
 //! their bound); with `fixed`, θ is the examples' (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons] [seed]
 //!
-//! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`); each
-//! d has its own rows (3: 2 000, 5: 20 000, 6: 100 000).
+//! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`; `all`
+//! for every one); each d has its own rows (3: 2 000, 5: 20 000, 6: 100 000). `seed` (1 by
+//! default) is the first repetition's; repetition r uses seed + 1000r.
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
@@ -24,8 +25,12 @@ fn main() {
     let list = |n: usize| -> Option<Vec<f64>> {
         std::env::args()
             .nth(n)
+            .filter(|a| a != "all")
             .map(|a| a.split(',').map(|v| v.parse().expect("a number")).collect())
     };
+    let seed: u64 = std::env::args()
+        .nth(6)
+        .map_or(1, |a| a.parse().expect("seed"));
     let (dims, epsilons) = (list(4), list(5));
     let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
@@ -53,7 +58,7 @@ fn main() {
                     parties: 3,
                     epsilon,
                     delta: 1e-5,
-                    seed: 1,
+                    seed,
                     prior_sd: from_prior.then_some(if family == Family::Poisson {
                         0.5
                     } else {
