@@ -1,9 +1,11 @@
 //! The calibration table of the `summaries` route: for each family, rows and ε, the share
 //! of 50 % and 90 % intervals (every coefficient, fresh data and noise each repetition)
-//! that cover the true θ, noise-aware and plug-in, and for reference the exact posterior's on
-//! the same pooled rows without noise (its Laplace approximation). With `prior`, each repetition draws θ
-//! from the prior N(0, s²) (s = 1, 0.5 for the poisson family, whose counts must stay within
-//! their bound); with `fixed`, θ is the examples' (0.5, 1, −0.5, …) under a prior sd of 10.
+//! that cover the true θ, noise-aware and plug-in, and for reference the exact posterior's
+//! on the same pooled rows without noise (its Laplace approximation); `width` is the
+//! noise-aware 90 % intervals' mean width over the exact posterior's on the same rows. With
+//! `prior`, each repetition draws θ from the prior N(0, s²) (s = 1, 0.5 for the poisson
+//! family, whose counts must stay within their bound); with `fixed`, θ is the examples'
+//! (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
 //! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons] [seed]
 //!
@@ -34,7 +36,7 @@ fn main() {
     let (dims, epsilons) = (list(4), list(5));
     let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
-        "family    d  rows    eps   aware50 aware90 plug50 plug90 exact50 exact90 intervals converged"
+        "family    d  rows    eps   aware50 aware90 plug50 plug90 exact50 exact90 intervals converged width"
     );
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
         if only
@@ -65,9 +67,9 @@ fn main() {
                         1.0
                     }),
                 };
-                let ([a50, a90, p50, p90, e50, e90], n, conv) = coverage(config, reps);
+                let ([a50, a90, p50, p90, e50, e90], n, conv, width) = coverage(config, reps);
                 println!(
-                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {a50:.3}   {a90:.3}   {p50:.3}  {p90:.3}  {e50:.3}   {e90:.3}   {n:<9} {conv}/{reps}",
+                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {a50:.3}   {a90:.3}   {p50:.3}  {p90:.3}  {e50:.3}   {e90:.3}   {n:<9} {conv}/{reps}     {width:.2}",
                     format!("{family:?}")
                 );
             }

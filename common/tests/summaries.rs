@@ -25,7 +25,7 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
             seed: 11,
             prior_sd: Some(prior_sd),
         };
-        let ([a50, a90, p50, p90, e50, e90], n, converged) = coverage(config, reps);
+        let ([a50, a90, p50, p90, e50, e90], n, converged, _) = coverage(config, reps);
         eprintln!(
             "{family:?}: aware {a50:.3} {a90:.3} plug-in {p50:.3} {p90:.3} exact {e50:.3} {e90:.3} over {n}, {converged} converged"
         );
