@@ -67,10 +67,19 @@ fn main() {
                         1.0
                     }),
                 };
-                let ([a50, a90, p50, p90, e50, e90], n, conv, width) = coverage(config, reps);
+                let c = coverage(config, reps);
                 println!(
-                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {a50:.3}   {a90:.3}   {p50:.3}  {p90:.3}  {e50:.3}   {e90:.3}   {n:<9} {conv}/{reps}     {width:.2}",
-                    format!("{family:?}")
+                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {:.3}   {:.3}   {:.3}  {:.3}  {:.3}   {:.3}   {:<9} {}/{reps}     {:.2}",
+                    format!("{family:?}"),
+                    c.aware.0,
+                    c.aware.1,
+                    c.plug_in.0,
+                    c.plug_in.1,
+                    c.exact.0,
+                    c.exact.1,
+                    c.intervals,
+                    c.converged,
+                    c.width
                 );
             }
         }

@@ -107,7 +107,6 @@ impl Approximation {
     }
 
     /// The covariance H⁻¹, if H is invertible.
-    /// H⁻¹, where H is invertible.
     pub fn covariance(&self) -> Option<DMatrix<f64>> {
         self.precision.clone().try_inverse()
     }

@@ -91,6 +91,7 @@ fn within(u: f64, [lo, hi]: [f64; 2]) -> (f64, f64, f64, f64) {
 /// A point of the sampler's space, unpacked, with what the gradient needs.
 struct Unpacked {
     z: f64,
+    ln_z: f64,
     mu: DVector<f64>,
     /// S's free block's factor.
     l: DMatrix<f64>,
@@ -182,7 +183,8 @@ impl TiltedPosterior {
             log_jacobian += log_j;
             v
         };
-        let z = take(x[d], self.log_mass).exp();
+        let ln_z = take(x[d], self.log_mass);
+        let z = ln_z.exp();
         let mu = DVector::from_fn(d, |i, _| {
             if i == 0 {
                 1.0
@@ -202,6 +204,7 @@ impl TiltedPosterior {
         });
         Unpacked {
             z,
+            ln_z,
             mu,
             l,
             s,
@@ -280,7 +283,7 @@ impl LogDensity for TiltedPosterior {
         g_s += &g_a * z;
         // Flat in A: the map (ln Z, μ, S) → A has Jacobian Z^(d(d+1)/2).
         let mass_power = (d * (d + 1) / 2) as f64;
-        value += mass_power * z.ln();
+        value += mass_power * un.ln_z;
         value += self.model.log_prior(theta) + un.log_jacobian;
         if !value.is_finite() {
             return f64::NEG_INFINITY;

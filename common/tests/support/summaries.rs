@@ -203,11 +203,26 @@ pub fn run(config: Config) -> Outcome {
     }
 }
 
+/// The share of 50 % and 90 % intervals that covered the true θ, by posterior.
+pub struct Coverage {
+    /// Noise-aware (50 %, 90 %).
+    pub aware: (f64, f64),
+    /// Plug-in (50 %, 90 %).
+    pub plug_in: (f64, f64),
+    /// The exact posterior on the same rows without noise (50 %, 90 %).
+    pub exact: (f64, f64),
+    /// Intervals counted (coefficients × repetitions).
+    pub intervals: usize,
+    /// Repetitions whose chains converged.
+    pub converged: usize,
+    /// The noise-aware 90 % intervals' mean width over the exact posterior's: what the
+    /// privacy costs in precision.
+    pub width: f64,
+}
+
 /// Coverage of the 50 % and 90 % intervals of every coefficient over `reps` repetitions
-/// with fresh data and noise: (noise-aware 50, 90, plug-in 50, 90, exact 50, 90; intervals
-/// counted, repetitions that converged, and the noise-aware 90 % intervals' mean width over
-/// the exact posterior's: what the privacy costs in precision).
-pub fn coverage(config: Config, reps: u64) -> ([f64; 6], usize, usize, f64) {
+/// with fresh data and noise.
+pub fn coverage(config: Config, reps: u64) -> Coverage {
     let mut hits = [0usize; 6];
     let mut width = 0.0;
     let (mut count, mut converged) = (0, 0);
@@ -229,10 +244,13 @@ pub fn coverage(config: Config, reps: u64) -> ([f64; 6], usize, usize, f64) {
             count += 1;
         }
     }
-    (
-        hits.map(|h| h as f64 / count as f64),
-        count,
+    let share = |h: usize| h as f64 / count as f64;
+    Coverage {
+        aware: (share(hits[0]), share(hits[1])),
+        plug_in: (share(hits[2]), share(hits[3])),
+        exact: (share(hits[4]), share(hits[5])),
+        intervals: count,
         converged,
-        width / count as f64,
-    )
+        width: width / count as f64,
+    }
 }
