@@ -238,6 +238,19 @@ pub fn split_summary(dim: usize, value: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>) {
     (g, a)
 }
 
+/// The released layout of (g, A): g, then A's upper triangle ([`split_summary`]'s inverse).
+pub fn join_summary(g: &[f64], a: &[Vec<f64>]) -> Vec<f64> {
+    let dim = g.len();
+    let mut value = vec![0.0; dim + dim * (dim + 1) / 2];
+    value[..dim].copy_from_slice(g);
+    for i in 0..dim {
+        for j in i..dim {
+            value[upper_index(dim, i, j)] = a[i][j];
+        }
+    }
+    value
+}
+
 /// Nodes of the Gauss–Chebyshev rule the projections use: exact for the degree-2
 /// coefficients of polynomials up to degree 2·NODES − 3, and for the smooth cumulants here
 /// accurate to rounding over windows of a few units.

@@ -43,6 +43,13 @@
 //!   The poisson family's finals are Taylor's (window 0) whatever the spread: its
 //!   noise-aware posterior follows the exponential itself (`tilted.rs`) and reads the exact
 //!   local sums.
+//! - Where the finals' window is at most [`POOL_WINDOW`] their quadratic is close to
+//!   Taylor's, and the Taylor pilots' releases are pooled with them ([`Rounds::finish`]):
+//!   each moved to the finals' centre and weighted by its noise plus how far its released
+//!   curvature is from the finals'. Where noise keeps the pilots' steps long they rarely
+//!   settle (a step that is noise alone is about √d posterior sds), and at d = 6 a run
+//!   pilots seven of its eight releases, each scattered about the mode and each carrying its
+//!   own share of the information the plain average of the finals leaves out.
 //!
 //! For a model whose summary is exact (the gaussian GLM, and the mean summaries of the
 //! Gaussian-likelihood models) one release at the prior's mode is all there is. Everything
@@ -62,7 +69,7 @@
 use std::sync::Arc;
 
 use super::quadratic::{Approximation, Release};
-use crate::models::summaries::{Reading, quadratic, split_summary};
+use crate::models::summaries::{Reading, join_summary, quadratic, split_summary};
 use crate::models::{Model, QuadraticSummaries};
 
 /// How many releases go where.
@@ -98,6 +105,11 @@ pub const MAX_FINAL_WINDOW: f64 = 4.0;
 /// A Newton step shorter than this in the released curvature's norm, √(ΔᵀÂΔ) (about that
 /// many posterior sds), means the centre is at the mode: piloting stops.
 pub const SETTLED: f64 = 1.0;
+/// The widest finals' window at which the Taylor pilots are pooled with the finals. A
+/// wider window fits the quadratic over predictors the pilots' local curvatures do not
+/// see, a difference their released Â cannot reveal: pooling at any window took the
+/// logistic GLM's 90 % intervals to 81–85 % at d = 3 (ε 1, 3) and d = 5 (ε ≤ 1).
+pub const POOL_WINDOW: f64 = 1.0;
 /// How many of the last pilots' targets the finals' centre averages when piloting ran out of
 /// releases without settling (the first, global pilot never counts).
 pub const FINAL_CENTRE_TARGETS: usize = 3;
@@ -167,6 +179,8 @@ pub struct Final {
     pub value: Vec<f64>,
     /// Noise variance of each entry of `value`.
     pub noise_variance: f64,
+    /// How many Taylor pilots were pooled into it.
+    pub pooled: usize,
 }
 
 impl Final {
@@ -194,6 +208,8 @@ pub struct Rounds {
     /// plug-in posterior.
     final_window: f64,
     pilots: Vec<Pilot>,
+    /// The Taylor pilots' releases (window 0), which the finals may pool.
+    taylor: Vec<Release>,
     /// The final releases' sum so far and their noise variance.
     sum: Vec<f64>,
     noise_variance: f64,
@@ -209,6 +225,7 @@ impl Rounds {
             schedule,
             done: 0,
             pilots: Vec::new(),
+            taylor: Vec::new(),
             sum: Vec::new(),
             noise_variance: 0.0,
         }
@@ -243,6 +260,9 @@ impl Rounds {
                 noise_variance,
             };
             let approximation = Approximation::of(self.model.as_ref(), &release);
+            if window == 0.0 {
+                self.taylor.push(release);
+            }
             let next = self.trusted(approximation.mode.clone());
             let settled = window == 0.0 && approximation.step_length(&next) <= SETTLED;
             self.pilots.push(Pilot {
@@ -333,17 +353,187 @@ impl Rounds {
         &self.pilots
     }
 
-    /// The averaged final summary, once every release is recorded.
+    /// The averaged final summary, once every release is recorded, pooled with the Taylor
+    /// pilots where the finals' window is at most [`POOL_WINDOW`] (never for the poisson
+    /// family, whose exponential a quadratic does not move).
     pub fn finish(&self) -> Option<Final> {
         if self.next().is_some() {
             return None;
         }
         let m = f64::from(self.schedule.releases) - self.pilots.len() as f64;
-        Some(Final {
+        let averaged = Final {
             centre: self.centre.clone(),
             value: self.sum.iter().map(|s| s / m).collect(),
             // The average of m releases with variances vₖ has variance Σvₖ/m².
             noise_variance: self.noise_variance / (m * m),
+            pooled: 0,
+        };
+        let pool = !self.taylor.is_empty()
+            && self.final_window <= POOL_WINDOW
+            && !self.quadratic().tilted();
+        Some(if pool {
+            self.pooled(averaged)
+        } else {
+            averaged
         })
+    }
+
+    /// The finals pooled with every Taylor pilot. A pilot's summary at cₖ, moved to the
+    /// finals' centre c, is the gradient ĝₖ − ½(Âₖ + Â)(c − cₖ) (the trapezoid rule, exact
+    /// where the curvature changes linearly between the two) with the curvature Âₖ: an
+    /// estimate of the finals' (g, A) whose error is its noise (variance vₖ per entry) plus
+    /// the curvature's change between the centres. That change is estimated, as
+    /// post-processing, from the released curvatures themselves: the mean over A's entries
+    /// of (Âₖ − Â)², less the two noises it contains (vₖ + v), is an unbiased estimate of
+    /// the squared change Dₖ. Each moved pilot enters the precision-weighted average with
+    /// weight 1/(vₖ + Dₖ) and the finals with 1/v, so the pooled summary's error variance
+    /// is 1/Σ weights: pilots far from the mode, where the curvature differs, count little.
+    /// On the logistic GLM at d = 6, 100 000 rows, the 90 % intervals covered 87.7 and
+    /// 91.5 % at ε = 0.5 and 1 (the plain average 83.5 and 86.8 %; exact 90.0 %; 200
+    /// repetitions) and narrowed from 5.2 to 3.3 times the exact posterior's width at
+    /// ε = 0.5 (docs/design.md §3 has the other rows).
+    fn pooled(&self, averaged: Final) -> Final {
+        let d = self.model.dim();
+        let fin = averaged.quadratic();
+        let entries = (d * (d + 1) / 2) as f64;
+        let mut total = 1.0 / averaged.noise_variance;
+        let mut value: Vec<f64> = averaged.value.iter().map(|v| total * v).collect();
+        for pilot in &self.taylor {
+            let mut squares = 0.0;
+            for i in 0..d {
+                for j in i..d {
+                    squares += (pilot.a[i][j] - fin.a[i][j]).powi(2);
+                }
+            }
+            let change = (squares / entries - pilot.noise_variance - fin.noise_variance).max(0.0);
+            let weight = 1.0 / (pilot.noise_variance + change);
+            let step: Vec<f64> = (0..d).map(|i| fin.centre[i] - pilot.centre[i]).collect();
+            let g: Vec<f64> = (0..d)
+                .map(|i| {
+                    let moved: f64 = (0..d)
+                        .map(|j| 0.5 * (pilot.a[i][j] + fin.a[i][j]) * step[j])
+                        .sum();
+                    pilot.g[i] - moved
+                })
+                .collect();
+            for (v, m) in value.iter_mut().zip(join_summary(&g, &pilot.a)) {
+                *v += weight * m;
+            }
+            total += weight;
+        }
+        Final {
+            centre: averaged.centre,
+            value: value.iter().map(|v| v / total).collect(),
+            noise_variance: 1.0 / total,
+            pooled: self.taylor.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{Family, GlmSpec, ModelSpec};
+
+    const TRUTH: [f64; 3] = [0.3, -0.2, 0.1];
+    const NOISE: f64 = 2.0;
+
+    fn curvature() -> Vec<Vec<f64>> {
+        vec![
+            vec![4e4, 1e3, 0.0],
+            vec![1e3, 3e4, -2e3],
+            vec![0.0, -2e3, 2e4],
+        ]
+    }
+
+    /// The released summary of the exactly quadratic log-likelihood with curvature `a` and
+    /// mode `TRUTH` at `c`: g(c) = A(θ* − c).
+    fn exact(a: &[Vec<f64>], c: &[f64]) -> Vec<f64> {
+        let g: Vec<f64> = (0..3)
+            .map(|i| (0..3).map(|j| a[i][j] * (TRUTH[j] - c[j])).sum())
+            .collect();
+        join_summary(&g, a)
+    }
+
+    /// Walks the default logistic schedule, releasing `answer(k, centre)` for release k with
+    /// noise variance [`NOISE`] (and no noise drawn).
+    fn walk(answer: impl Fn(u32, &[f64]) -> Vec<f64>) -> (Rounds, Final) {
+        let model = ModelSpec::Glm(GlmSpec::example(Family::Logistic, 3))
+            .build()
+            .unwrap();
+        let schedule = Schedule::default_for(model.as_ref()).unwrap();
+        let mut rounds = Rounds::new(model, schedule);
+        let mut k = 0;
+        while let Some((centre, _)) = rounds.next() {
+            let value = answer(k, centre);
+            rounds.record(&value, NOISE);
+            k += 1;
+        }
+        let fin = rounds.finish().unwrap();
+        (rounds, fin)
+    }
+
+    #[test]
+    fn join_summary_inverts_split_summary() {
+        let value = exact(&curvature(), &[0.0; 3]);
+        let (g, a) = split_summary(3, &value);
+        assert_eq!(
+            (g.as_slice(), &a),
+            (&[11_800.0, -5_900.0, 2_400.0][..], &curvature())
+        );
+        assert_eq!(join_summary(&g, &a), value);
+    }
+
+    /// With an exactly quadratic log-likelihood the pilots settle at θ*, and the Taylor
+    /// pilot's summary moved to the finals' centre is theirs: pooling it changes no value and
+    /// divides the noise variance by the releases pooled.
+    #[test]
+    fn a_taylor_pilot_pools_with_the_finals() {
+        let a = curvature();
+        let (rounds, fin) = walk(|_, c| exact(&a, c));
+        assert_eq!(rounds.pilots().len(), 2, "a global pilot and a settled one");
+        assert!(rounds.final_window() <= POOL_WINDOW);
+        assert_eq!(fin.pooled, 1, "the windowed first pilot is never pooled");
+        let releases = f64::from(DEFAULT_RELEASES) - 1.0;
+        assert!((fin.noise_variance - NOISE / releases).abs() < 1e-12);
+        for (got, want) in fin.value.iter().zip(exact(&a, &fin.centre)) {
+            assert!(
+                (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "{got} {want}"
+            );
+        }
+        for (c, t) in fin.centre.iter().zip(TRUTH) {
+            assert!((c - t).abs() < 1e-3, "{:?}", fin.centre);
+        }
+    }
+
+    /// A Taylor pilot whose curvature differs from the finals' by Δ on the diagonal enters
+    /// with weight 1/(v + D), D = mean over A's entries of Δ² less both noises.
+    #[test]
+    fn a_pilot_whose_curvature_differs_is_weighted_down() {
+        let shift = 1e3;
+        let (_, fin) = walk(|k, c| {
+            let mut a = curvature();
+            if k == 1 {
+                (0..3).for_each(|i| a[i][i] += shift);
+            }
+            exact(&a, c)
+        });
+        assert_eq!(fin.pooled, 1);
+        let finals = NOISE / (f64::from(DEFAULT_RELEASES) - 2.0);
+        let change = 3.0 * shift * shift / 6.0 - NOISE - finals;
+        let want = 1.0 / (1.0 / finals + 1.0 / (NOISE + change));
+        assert!(
+            (fin.noise_variance - want).abs() < 1e-12 * want,
+            "{} {want}",
+            fin.noise_variance
+        );
+        // Its curvature moves the pooled diagonal by its weight's share of Δ only.
+        let share = (1.0 / (NOISE + change)) * fin.noise_variance;
+        let (_, pooled_a) = split_summary(3, &fin.value);
+        for (i, row) in pooled_a.iter().enumerate() {
+            let moved = row[i] - curvature()[i][i];
+            assert!((moved - share * shift).abs() < 1e-6 * shift, "{moved}");
+        }
     }
 }
