@@ -1,6 +1,7 @@
 //! Compositions of releases of any of the sampler's mechanisms, which accountant covers which,
-//! and the solvers over any of them: ε at δ, δ at ε, the most releases that fit and the least
-//! noise that fits (Räisä 2020, Alg. 2 generalised from μ to any [`Measure`]).
+//! and each accountant's solvers over them: the most releases that fit and the least noise
+//! that fits (Räisä 2020, Alg. 2 generalised from μ to any [`Measure`]); `choice.rs` picks
+//! the accountant that answers.
 //!
 //! Coverage ([`Method`]): `analytic` and `zcdp` take plain Gaussian releases only (either
 //! relation; the multiplier is taken under the chosen one). `pld` takes all three mechanisms
@@ -18,7 +19,6 @@
 //! `best` is the tightest of the accountants that cover a composition; every one of them is a
 //! valid upper bound (up to its [`StatedError`]), so their minimum is too.
 use std::fmt;
-use std::str::FromStr;
 
 use serde::Serialize;
 
@@ -28,9 +28,7 @@ use super::pld::{self, PldConfig, PldError, PldPair};
 use super::rdp::{RdpCurve, RdpError};
 use super::release::{MechanismKind, Release};
 use super::solve::{first_fitting, last_fitting};
-use super::{
-    Accountant, AccountantError, GaussianComposition, MAX_EXACT_COUNT, check_delta, check_epsilon,
-};
+use super::{Accountant, AccountantError, GaussianComposition, MAX_EXACT_COUNT};
 use crate::neighbours::Neighbours;
 
 /// Bad input, or a composition an accountant does not cover; each message is one sentence.
@@ -144,7 +142,7 @@ pub enum Method {
 }
 
 impl Method {
-    /// In the order ties are resolved for [`Choice::Best`].
+    /// In the order ties are resolved for [`Choice::Best`](super::Choice::Best).
     pub const ALL: [Method; 4] = [Method::Analytic, Method::Zcdp, Method::Rdp, Method::Pld];
 
     /// The μ-based accountant behind this method, for plain Gaussian releases.
@@ -325,7 +323,7 @@ impl Method {
             })
     }
 
-    fn max_releases(
+    pub(super) fn max_releases(
         self,
         prefix: &Composition,
         release: Release,
@@ -368,7 +366,7 @@ impl Method {
         })
     }
 
-    fn calibrate(
+    pub(super) fn calibrate(
         self,
         prefix: &Composition,
         mechanism: MechanismKind,
@@ -441,45 +439,6 @@ impl fmt::Display for Method {
     }
 }
 
-/// Which accountant answers: one method, or the tightest of those that cover the releases
-/// (for plain Gaussian releases the analytic one, which is exact).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Choice {
-    Only(Method),
-    #[default]
-    Best,
-}
-
-impl Choice {
-    pub fn key(self) -> &'static str {
-        match self {
-            Choice::Only(m) => m.key(),
-            Choice::Best => "best",
-        }
-    }
-}
-
-impl fmt::Display for Choice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.key())
-    }
-}
-
-impl FromStr for Choice {
-    type Err = CompositionError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "best" {
-            return Ok(Choice::Best);
-        }
-        Method::ALL
-            .into_iter()
-            .find(|m| m.key() == s)
-            .map(Choice::Only)
-            .ok_or_else(|| CompositionError::UnknownAccountant(s.to_owned()))
-    }
-}
-
 /// One accountant's answer and the error it states for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Estimate<T> {
@@ -496,7 +455,7 @@ pub struct Failure {
 }
 
 /// The chosen estimate and every covering accountant's outcome (just the one for
-/// [`Choice::Only`]).
+/// [`Choice::Only`](super::Choice::Only)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer<T> {
     pub estimate: Estimate<T>,
@@ -509,156 +468,4 @@ pub struct MaxReleases {
     pub releases: u64,
     pub delta_at_releases: f64,
     pub delta_at_next: f64,
-}
-
-impl Choice {
-    /// The smallest value of `read` over the composition's measures (ε at δ, or δ at ε).
-    fn smallest(
-        self,
-        composition: &Composition,
-        read: impl Fn(&Measure) -> Result<f64, CompositionError>,
-    ) -> Result<Answer<f64>, CompositionError> {
-        self.answer(
-            composition.gaussian().is_some(),
-            |m| {
-                Ok(Estimate {
-                    method: m,
-                    value: read(&m.measure(composition)?)?,
-                    error: m.stated_error(composition),
-                })
-            },
-            |a, b| a < b,
-        )
-    }
-
-    /// Runs `solve` for the chosen method, or for each covering one and keeps the estimate
-    /// for which `better` holds against all others (the first on ties).
-    ///
-    /// For plain Gaussian releases `best` runs the analytic accountant alone: it is the exact
-    /// curve that the others only bound (a PLD calibration would bisect for seconds to lose).
-    fn answer<T: Clone>(
-        self,
-        plain_gaussian: bool,
-        solve: impl Fn(Method) -> Result<Estimate<T>, CompositionError>,
-        better: impl Fn(&T, &T) -> bool,
-    ) -> Result<Answer<T>, CompositionError> {
-        let methods: &[Method] = match self {
-            Choice::Only(m) => {
-                let estimate = solve(m)?;
-                return Ok(Answer {
-                    candidates: vec![Ok(estimate.clone())],
-                    estimate,
-                });
-            }
-            Choice::Best if plain_gaussian => &[Method::Analytic],
-            Choice::Best => &Method::ALL,
-        };
-        let mut candidates = Vec::new();
-        let mut refusal = None;
-        for &method in methods {
-            match solve(method) {
-                Err(e @ CompositionError::Unsupported { .. }) => refusal = Some(e),
-                // Stopped: no answer, not the best of the others.
-                Err(CompositionError::Cancelled) => return Err(CompositionError::Cancelled),
-                outcome => candidates.push(outcome.map_err(|error| Failure { method, error })),
-            }
-        }
-        let best = candidates
-            .iter()
-            .flatten()
-            .fold(None, |best: Option<&Estimate<T>>, e| match best {
-                Some(b) if !better(&e.value, &b.value) => Some(b),
-                _ => Some(e),
-            })
-            .cloned();
-        if let Some(estimate) = best {
-            return Ok(Answer {
-                estimate,
-                candidates,
-            });
-        }
-        // Every covering method failed (report the first reason), or none covers them.
-        Err(candidates
-            .into_iter()
-            .find_map(Result::err)
-            .map(|f| f.error)
-            .or(refusal)
-            .expect("each method either covers the releases or refuses them"))
-    }
-
-    /// The smallest ε with δ(ε) ≤ `delta` for the composition.
-    pub fn epsilon(
-        self,
-        composition: &Composition,
-        delta: f64,
-    ) -> Result<Answer<f64>, CompositionError> {
-        check_delta(delta)?;
-        self.smallest(composition, |measure| measure.epsilon(delta))
-    }
-
-    /// δ at ε for the composition.
-    pub fn delta(
-        self,
-        composition: &Composition,
-        epsilon: f64,
-    ) -> Result<Answer<f64>, CompositionError> {
-        check_epsilon(epsilon)?;
-        self.smallest(composition, |measure| measure.delta(epsilon))
-    }
-
-    /// The most releases of `mechanism` with multiplier s that fit (ε, δ) after `prefix`:
-    /// δ(k) ≤ δ < δ(k + 1), by doubling and bisection on integer k (Räisä 2020, Alg. 2; the
-    /// real-valued original for analytic/zcdp without a prefix). 0 if not even one fits.
-    pub fn max_releases(
-        self,
-        prefix: &Composition,
-        mechanism: MechanismKind,
-        noise_multiplier: f64,
-        epsilon: f64,
-        delta: f64,
-    ) -> Result<Answer<MaxReleases>, CompositionError> {
-        check_epsilon(epsilon)?;
-        check_delta(delta)?;
-        let release = Release {
-            mechanism,
-            noise_multiplier,
-            count: 1.0,
-        };
-        release.validate()?;
-        self.answer(
-            prefix.gaussian().is_some() && mechanism == MechanismKind::Gaussian,
-            |m| m.max_releases(prefix, release, epsilon, delta),
-            |a, b| a.releases > b.releases,
-        )
-    }
-
-    /// The smallest noise multiplier with which `releases` releases of `mechanism` fit (ε, δ)
-    /// after `prefix`: to the last bit for analytic/zcdp without a prefix, otherwise by
-    /// a search in ln s to a relative 1e-9, 1e-6 for the PLD (s fits and s/(1 + tol) does
-    /// not: [`Method::noise_tolerance`]). A
-    /// `cancel` set meanwhile ends the search at its next probe.
-    pub fn calibrate(
-        self,
-        prefix: &Composition,
-        mechanism: MechanismKind,
-        releases: u64,
-        (epsilon, delta): (f64, f64),
-        cancel: &Cancel,
-    ) -> Result<Answer<f64>, CompositionError> {
-        check_epsilon(epsilon)?;
-        check_delta(delta)?;
-        if releases == 0 {
-            return Err(AccountantError::ZeroReleases.into());
-        }
-        mechanism.validate()?;
-        // Any multiplier would "fit" a mechanism that ignores it.
-        if matches!(mechanism, MechanismKind::DpBarker { .. }) {
-            return Err(CompositionError::FixedNoise);
-        }
-        self.answer(
-            prefix.gaussian().is_some() && mechanism == MechanismKind::Gaussian,
-            |m| m.calibrate(prefix, mechanism, releases, (epsilon, delta), cancel),
-            |a, b| a < b,
-        )
-    }
 }

@@ -12,6 +12,7 @@
 //! [`Choice`] (one method, or the tightest valid one) solves for ε, δ, the most releases or
 //! the least noise on any of them, each answer with its [`StatedError`].
 mod cancel;
+mod choice;
 mod composition;
 mod gaussian;
 mod measure;
@@ -28,8 +29,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use cancel::Cancel;
+pub use choice::Choice;
 pub use composition::{
-    Answer, Choice, Composition, CompositionError, Estimate, Failure, MaxReleases, Method,
+    Answer, Composition, CompositionError, Estimate, Failure, MaxReleases, Method,
 };
 pub use gaussian::{GaussianComposition, max_mu, mu_per_release};
 pub use measure::{Measure, StatedError};
