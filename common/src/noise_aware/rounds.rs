@@ -395,18 +395,9 @@ impl Rounds {
     fn pooled(&self, averaged: Final) -> Final {
         let d = self.model.dim();
         let fin = averaged.quadratic();
-        let entries = (d * (d + 1) / 2) as f64;
         let mut total = 1.0 / averaged.noise_variance;
         let mut value: Vec<f64> = averaged.value.iter().map(|v| total * v).collect();
         for pilot in &self.taylor {
-            let mut squares = 0.0;
-            for i in 0..d {
-                for j in i..d {
-                    squares += (pilot.a[i][j] - fin.a[i][j]).powi(2);
-                }
-            }
-            let change = (squares / entries - pilot.noise_variance - fin.noise_variance).max(0.0);
-            let weight = 1.0 / (pilot.noise_variance + change);
             let step: Vec<f64> = (0..d).map(|i| fin.centre[i] - pilot.centre[i]).collect();
             let g: Vec<f64> = (0..d)
                 .map(|i| {
@@ -416,7 +407,14 @@ impl Rounds {
                     pilot.g[i] - moved
                 })
                 .collect();
-            for (v, m) in value.iter_mut().zip(join_summary(&g, &pilot.a)) {
+            let moved = join_summary(&g, &pilot.a);
+            // A's entries are the released vector's tail, after g.
+            let curvatures = moved[d..].iter().zip(&averaged.value[d..]);
+            let squares: f64 = curvatures.clone().map(|(p, f)| (p - f).powi(2)).sum();
+            let mean_square = squares / curvatures.len() as f64;
+            let change = (mean_square - pilot.noise_variance - fin.noise_variance).max(0.0);
+            let weight = 1.0 / (pilot.noise_variance + change);
+            for (v, m) in value.iter_mut().zip(moved) {
                 *v += weight * m;
             }
             total += weight;
