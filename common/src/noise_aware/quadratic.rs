@@ -11,16 +11,22 @@
 //!   CLT for the sufficient statistics of an exponential family). For the gaussian GLM given
 //!   its covariates this is exact: g = X̃ᵀ(y − X̃θ_r)/σ_y² ~ N(AΔ, A) with A = X̃ᵀX̃/σ_y². In
 //!   the noiseless limit N(g; AΔ, A) ∝ exp(gᵀΔ − ½ΔᵀAΔ): the summary's own quadratic.
-//! - A is latent: the release only measures it, Âₐᵦ ~ N(Aₐᵦ, σ²) for a ≤ b, under a flat
-//!   prior on the positive definite matrices (the covariates are private; their public box
-//!   is all the model assumes of them, and it enters through the row bound).
+//! - A is latent: the release only measures it, Âₐᵦ ~ N(Aₐᵦ, σ²) for a ≤ b (the covariates
+//!   are private; their public box is all the model assumes of them, and it enters through
+//!   the row bound). Its prior is ∝ det A over the positive definite matrices
+//!   ([`MEANS_PRIOR`]): flat in what the release measures, the means (AΔ, A) of (ĝ, Â),
+//!   whose map from (θ, A) has Jacobian det A. For a normal location that prior is the one
+//!   whose intervals match their frequentist coverage (Fraser & Reid 2002); flat in A
+//!   alone, a nearly singular A, under which the release says nothing about θ, kept too
+//!   much weight and the intervals over-covered.
 //! - The noise of g is independent of A's, so marginally ĝ | θ, A ~ N(AΔ, A + σ²I): the noise
 //!   convolved with the CLT's normal (Bernstein & Sheldon 2018, Sec. 3, with the Gaussian
 //!   mechanism the convolution is closed form).
 //!
 //! The sampler works on (θ, L) with A = LLᵀ, L lower triangular with a log diagonal, so A
-//! stays positive definite; the flat prior on A carries the Jacobian 2^d Π L_jj^(d−j+1)
-//! (Muirhead 1982, Thm 2.1.9; 1-based j) and the log diagonal one more L_jj each.
+//! stays positive definite; a flat prior on A carries the Jacobian 2^d Π L_jj^(d−j+1)
+//! (Muirhead 1982, Thm 2.1.9; 1-based j), det A = Π L_jj² and the log diagonal one more
+//! L_jj each.
 use std::sync::Arc;
 
 use nalgebra::{DMatrix, DVector};
@@ -29,6 +35,14 @@ use super::tilted::TiltedPosterior;
 use super::{LogDensity, factor};
 use crate::models::Model;
 use crate::models::summaries::quadratic;
+
+/// The power of det A in the prior of a latent curvature A: 1, flat in the release's means
+/// (the module's comment). Measured on the calibration example's 100 repetitions per row,
+/// 50 % (90 %) coverage, flat in A → this prior: gaussian GLM, d = 3, 2 000 rows, ε 0.5
+/// and 1: 52.0 (95.0) → 46.3 (91.7) and 58.7 (97.3) → 52.7 (96.3); logistic, the same rows:
+/// 56.7 (91.7) → 52.0 (90.3) and 53.7 (92.0) → 50.0 (90.0); logistic, d = 5 and 6
+/// (200 repetitions at ε 0.5 and 1): within a point, the intervals up to 18 % narrower.
+pub(crate) const MEANS_PRIOR: f64 = 1.0;
 
 /// One quadratic summary as the federation released it (summed over the parties).
 #[derive(Clone, Debug, PartialEq)]
@@ -249,7 +263,7 @@ impl LogDensity for QuadraticPosterior {
             }
         }
         value += self.model.log_prior(theta);
-        value += factor::log_jacobian(&x[d..], d);
+        value += factor::log_jacobian(&x[d..], d, MEANS_PRIOR);
         if !value.is_finite() {
             return f64::NEG_INFINITY;
         }
@@ -259,7 +273,7 @@ impl LogDensity for QuadraticPosterior {
         for i in 0..d {
             grad[i] += a_c_inv_r[i];
         }
-        factor::gradient(&gbar, &l, &mut grad[d..]);
+        factor::gradient(&gbar, &l, MEANS_PRIOR, &mut grad[d..]);
         value
     }
 }
