@@ -311,37 +311,21 @@ impl Start {
         };
         let d = model.dim();
         match quadratic(model.as_ref()) {
-            Some(summaries) => {
+            Some(_) => {
                 let release = fin.quadratic();
                 let sds = Approximation::of(model.as_ref(), &release).sds();
-                let (target, initial) = noise_aware(model, release, rows);
-                // θ first, then A's coordinates, which start where Â is. Where the score is
-                // exponential in θ, a start far out along a direction the noise leaves open
-                // sits on the plateau where every rate is ~0 or against the wall where they
-                // explode: spreads are held within one unit of any row's linear predictor
-                // (without, 3 of 6 poisson GLMs at 2 000 rows and ε = 1 did not converge).
-                let theta = &initial[..d];
+                let aware = noise_aware(model, release, rows);
+                // θ spread about the approximation's mode, A's coordinates where Â is.
                 let inits = (0..settings.chains)
-                    .map(|_| {
-                        let mut start = spread(theta, &sds);
-                        if summaries.tilted() {
-                            let offset: Vec<f64> =
-                                start.iter().zip(theta).map(|(s, t)| s - t).collect();
-                            let shrink = summaries.reach(&offset).max(1.0);
-                            for (s, (o, t)) in start.iter_mut().zip(offset.iter().zip(theta)) {
-                                *s = t + o / shrink;
-                            }
-                        }
-                        [start, initial[d..].to_vec()].concat()
-                    })
+                    .map(|_| aware.start(&spread(&vec![0.0; d], &sds)))
                     .collect();
                 Start {
-                    target,
-                    inits,
                     label: format!(
                         "the mode of the final summary's noise-aware approximation {:?}, each chain's θ spread by twice its sds",
-                        &initial[..d]
+                        &aware.initial[..d]
                     ),
+                    target: aware.target,
+                    inits,
                 }
             }
             None => {

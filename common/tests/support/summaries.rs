@@ -185,8 +185,13 @@ pub fn run(config: Config) -> Outcome {
         rounds.record(&sum, config.parties as f64 * sd * sd);
     }
     let release = rounds.finish().unwrap().quadratic();
-    let (aware, initial) = noise_aware(&model, release.clone(), config.rows as u64);
-    let (noise_aware, converged) = marginals(aware.as_ref(), initial, config.dim, config.seed);
+    let aware = noise_aware(&model, release.clone(), config.rows as u64);
+    let (noise_aware, converged) = marginals(
+        aware.target.as_ref(),
+        aware.initial,
+        config.dim,
+        config.seed,
+    );
     let plug = PlugInPosterior::new(Arc::clone(&model), &release);
     let (plug_in, plug_converged) = marginals(
         &plug,
