@@ -48,6 +48,10 @@ use super::{LogDensity, factor};
 use crate::models::Model;
 use crate::models::summaries::quadratic;
 
+/// The power of det S in S's prior: 0, flat in A within the box (the module's comment says
+/// why not `quadratic.rs`'s ∝ det A).
+const FLAT_IN_A: f64 = 0.0;
+
 /// p(θ, A | ĝ, Â) under the tilted normal model of the covariates.
 pub struct TiltedPosterior {
     model: Arc<dyn Model>,
@@ -194,7 +198,7 @@ impl TiltedPosterior {
             }
         });
         let l = factor::read(&x[2 * d..], p);
-        log_jacobian += factor::log_jacobian(&x[2 * d..], p, 0.0);
+        log_jacobian += factor::log_jacobian(&x[2 * d..], p, FLAT_IN_A);
         let free = &l * l.transpose();
         let s = DMatrix::from_fn(d, d, |i, j| {
             if i == 0 || j == 0 {
@@ -305,7 +309,7 @@ impl LogDensity for TiltedPosterior {
             grad[d + j] = chain(j, d_mu[j]);
         }
         let block = DMatrix::from_fn(p, p, |i, j| g_s[(i + 1, j + 1)]);
-        factor::gradient(&block, &un.l, 0.0, &mut grad[2 * d..]);
+        factor::gradient(&block, &un.l, FLAT_IN_A, &mut grad[2 * d..]);
         value
     }
 }
