@@ -299,13 +299,12 @@ impl Start {
     fn of(model: &Arc<dyn Model>, fin: &Final, rows: u64, settings: &JobSettings) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
         rng.set_stream(INIT_STREAM);
-        let mut spread = |centre: &[f64], sds: &[f64]| -> Vec<f64> {
-            centre
-                .iter()
-                .zip(sds)
-                .map(|(c, sd)| {
+        // A chain's move from the approximation's point: twice its sds times a normal draw.
+        let mut offset = |sds: &[f64]| -> Vec<f64> {
+            sds.iter()
+                .map(|sd| {
                     let z: f64 = StandardNormal.sample(&mut rng);
-                    c + 2.0 * sd * z
+                    2.0 * sd * z
                 })
                 .collect()
         };
@@ -317,7 +316,7 @@ impl Start {
                 let aware = noise_aware(model, release, rows);
                 // θ spread about the approximation's mode, A's coordinates where Â is.
                 let inits = (0..settings.chains)
-                    .map(|_| aware.start(&spread(&vec![0.0; d], &sds)))
+                    .map(|_| aware.start(&offset(&sds)))
                     .collect();
                 Start {
                     label: format!(
@@ -333,7 +332,10 @@ impl Start {
                     MeanPosterior::new(Arc::clone(model), &fin.value, fin.noise_variance, rows);
                 let (u, sds) = posterior.u_estimate();
                 let inits = (0..settings.chains)
-                    .map(|_| posterior.theta_of(spread(&u, &sds)))
+                    .map(|_| {
+                        let moved = u.iter().zip(offset(&sds)).map(|(c, o)| c + o);
+                        posterior.theta_of(moved.collect())
+                    })
                     .collect();
                 Start {
                     label: format!(
