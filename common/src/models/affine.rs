@@ -8,7 +8,6 @@ mod lanes;
 #[cfg(target_arch = "x86_64")]
 use self::lanes::{Avx2, Avx512};
 use self::lanes::{Lanes, MAX_LANES, Portable};
-use super::sum_clipped_rows;
 use crate::clip::{ClippedSum, NORM_CLIP_MARGIN, clip, norm_sq_bound};
 use crate::data::Columns;
 
@@ -119,7 +118,7 @@ pub fn clipped_affine_grad_sum(
     assert_eq!(out.len(), dim, "one entry per parameter");
     assert!(bound >= 0.0, "clip bound must be non-negative, got {bound}");
     if dim != d || dim > GRAD_MAX_DIM {
-        return sum_clipped_rows(cols, bound, out, |x, g| affine_grad_row(a, c, x, g));
+        return grad_blocked(cols, a, c, bound, out);
     }
     #[cfg(target_arch = "x86_64")]
     if widest() {
@@ -228,14 +227,59 @@ fn kernel<V: Lanes>(cols: &Columns, w: &[f64], c: f64, bound: f64) -> ClippedSum
     }
 }
 
-/// One row's A x + c into `g`, `a` column by column as in [`clipped_affine_grad_sum`].
-fn affine_grad_row(a: &[f64], c: &[f64], x: &[f64], g: &mut [f64]) {
-    g.copy_from_slice(c);
-    for (column, &xj) in a.chunks_exact(c.len()).zip(x) {
-        for (gk, akj) in g.iter_mut().zip(column) {
-            *gk += akj * xj;
+/// Rows per block of [`grad_blocked`]: its gradients (`dim` × this) stay in L1 and L2.
+const GRAD_BLOCK: usize = 256;
+
+/// [`clipped_affine_grad_sum`] for shapes without a register kernel (A not square, or past
+/// [`GRAD_MAX_DIM`]): a block of rows at a time, column by column, so the data stream
+/// contiguously and A's zero entries cost nothing (exactly: the data are finite), where a row
+/// at a time gathered each row and paid for every entry of A. Each row is then clipped as
+/// [`crate::clip::clip_norm`] clips it, and the rows are added in order.
+fn grad_blocked(cols: &Columns, a: &[f64], c: &[f64], bound: f64, out: &mut [f64]) -> u64 {
+    let (dim, n) = (c.len(), cols.n());
+    let (keep, target) = (norm_sq_bound(bound), bound * NORM_CLIP_MARGIN);
+    // Entry k of the block's i-th row is g[k * GRAD_BLOCK + i].
+    let mut g = vec![0.0; dim * GRAD_BLOCK];
+    let (mut norms, mut scale) = ([0.0; GRAD_BLOCK], [0.0; GRAD_BLOCK]);
+    let mut clipped = 0;
+    out.fill(0.0);
+    for start in (0..n).step_by(GRAD_BLOCK) {
+        let len = GRAD_BLOCK.min(n - start);
+        for (gk, &ck) in g.chunks_exact_mut(GRAD_BLOCK).zip(c) {
+            gk[..len].fill(ck);
+        }
+        for (j, column) in a.chunks_exact(dim).enumerate() {
+            let x = &cols.col(j)[start..start + len];
+            for (gk, &akj) in g.chunks_exact_mut(GRAD_BLOCK).zip(column) {
+                if akj != 0.0 {
+                    gk.iter_mut().zip(x).for_each(|(gi, xi)| *gi += akj * xi);
+                }
+            }
+        }
+        let (norms, scale) = (&mut norms[..len], &mut scale[..len]);
+        norms.fill(0.0);
+        for gk in g.chunks_exact(GRAD_BLOCK) {
+            norms.iter_mut().zip(gk).for_each(|(s, v)| *s += v * v);
+        }
+        for (i, (&s, w)) in norms.iter().zip(scale.iter_mut()).enumerate() {
+            *w = 1.0;
+            if s <= keep {
+                continue; // kept whole (a NaN norm is not)
+            }
+            clipped += 1;
+            let norm = s.sqrt();
+            if norm.is_finite() {
+                *w = target / norm;
+            } else {
+                // Adds nothing: zeroed, as a non-finite entry times 0 would be NaN.
+                g.chunks_exact_mut(GRAD_BLOCK).for_each(|gk| gk[i] = 0.0);
+            }
+        }
+        for (o, gk) in out.iter_mut().zip(g.chunks_exact(GRAD_BLOCK)) {
+            gk.iter().zip(scale.iter()).for_each(|(v, w)| *o += v * w);
         }
     }
+    clipped
 }
 
 /// The largest square A with a register kernel of its own (one instance per dimension).

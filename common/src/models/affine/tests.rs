@@ -1,4 +1,15 @@
 use super::*;
+use crate::models::sum_clipped_rows;
+
+/// One row's A x + c into `g`, `a` column by column as in [`clipped_affine_grad_sum`].
+fn affine_grad_row(a: &[f64], c: &[f64], x: &[f64], g: &mut [f64]) {
+    g.copy_from_slice(c);
+    for (column, &xj) in a.chunks_exact(c.len()).zip(x) {
+        for (gk, akj) in g.iter_mut().zip(column) {
+            *gk += akj * xj;
+        }
+    }
+}
 
 type RatioFn = fn(&Columns, &[f64], f64, f64) -> ClippedSum;
 type GradFn = fn(&Columns, &[f64], &[f64], f64, &mut [f64]) -> u64;
@@ -116,8 +127,8 @@ fn by_rows(cols: &Columns, a: &[f64], c: &[f64], bound: f64) -> (Vec<f64>, u64) 
     (out, clipped)
 }
 
-/// Every copy of the register kernel, and the dispatch (the row-by-row path past
-/// [`GRAD_MAX_DIM`]), against the plain loop: across many registers with a partial last
+/// Every copy of the register kernel, the blocked kernel, and the dispatch (the blocked
+/// kernel past [`GRAD_MAX_DIM`]), against the plain loop: across many registers with a partial last
 /// one, and with only a partial register; some zero entries of A; at a bound that binds
 /// for about half the rows, for none and for all (so the clipped rows fill the buffer that
 /// holds them several times).
@@ -146,7 +157,10 @@ fn gradient_kernel_matches_the_plain_loop() {
         norms.sort_by(f64::total_cmp);
         // Halfway between two rows' norms, so that rounding cannot move a row across it.
         let median = 0.5 * (norms[n / 2] + norms[n / 2 + 1]);
-        let mut runs: Vec<(&str, GradFn)> = vec![("dispatch", clipped_affine_grad_sum)];
+        let mut runs: Vec<(&str, GradFn)> = vec![
+            ("dispatch", clipped_affine_grad_sum),
+            ("blocked", grad_blocked),
+        ];
         if dim <= GRAD_MAX_DIM {
             runs.extend(copies().into_iter().map(|(name, _, grad)| (name, grad)));
         }
@@ -165,6 +179,28 @@ fn gradient_kernel_matches_the_plain_loop() {
                     assert!((g - e).abs() <= 1e-12 * scale, "{at}: {g} vs {e}");
                 }
             }
+        }
+    }
+}
+
+/// A not square (more parameters than columns, and fewer): the dispatch runs the blocked
+/// kernel, against the plain loop, over several blocks and at a bound that clips some rows.
+#[test]
+fn non_square_gradients_match_the_plain_loop() {
+    for (dim, d) in [(3, 5), (5, 2)] {
+        let cols = wavy(3 * GRAD_BLOCK + 7, d);
+        let a: Vec<f64> = (0..dim * d).map(|i| 0.2 * (i as f64 - 2.0).sin()).collect();
+        let c: Vec<f64> = (0..dim).map(|k| 0.1 * k as f64).collect();
+        let (expect, expect_clipped) = by_rows(&cols, &a, &c, 3.0);
+        let mut got = vec![0.0; dim];
+        let clipped = clipped_affine_grad_sum(&cols, &a, &c, 3.0, &mut got);
+        assert_eq!(clipped, expect_clipped, "dim {dim}, d {d}");
+        assert!(
+            clipped > 0 && clipped < cols.n() as u64,
+            "dim {dim}, d {d}: {clipped}"
+        );
+        for (g, e) in got.iter().zip(&expect) {
+            assert!((g - e).abs() <= 1e-12 * cols.n() as f64 * 3.0, "{g} vs {e}");
         }
     }
 }
@@ -202,8 +238,9 @@ fn clipped_rows_stay_inside_the_bound_in_every_copy() {
 
 /// A row whose gradient is ∞ or NaN (an infinite entry of A times a row value, ∞ · 0,
 /// a NaN in c) or whose squared norm overflows adds nothing and counts as clipped, whatever
-/// the bound; the other rows are untouched. In every copy of the kernel, on nine rows and
-/// on them three times over (so in full registers as well as in the last, padded one).
+/// the bound; the other rows are untouched. In every copy of the kernel and the blocked one,
+/// on nine rows and on them three times over (so in full registers as well as in the last,
+/// padded one).
 #[test]
 fn non_finite_gradients_add_nothing() {
     let nine = [
@@ -213,8 +250,10 @@ fn non_finite_gradients_add_nothing() {
     for times in [1, 3] {
         let cols = Columns::from_columns(nine.map(|x| x.repeat(times)).to_vec()).unwrap();
         let (n, r) = (cols.n() as u64, times as f64);
+        let blocked: (&str, RatioFn, GradFn) = ("blocked", kernel::<Portable>, grad_blocked);
         for ((name, _, run), bound) in copies()
             .into_iter()
+            .chain([blocked])
             .flat_map(|copy| [1.0, 1e6, f64::INFINITY].map(|bound| (copy, bound)))
         {
             let at = format!("{name}, {times} × 9 rows, bound {bound}");
