@@ -176,6 +176,34 @@ fn release(run_id: &str, chain: u32, step: u64) -> ReleaseRecord {
     }
 }
 
+/// In-memory ledgers in one process are separate (simulated parties each hold one): the
+/// same run and release in two of them are both recorded, and one holds nothing of the other.
+#[test]
+fn in_memory_ledgers_are_separate() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (a, b) = (Ledger::in_memory().unwrap(), Ledger::in_memory().unwrap());
+    for ledger in [&a, &b] {
+        runtime
+            .block_on(ledger.open_run("r", &penalty_terms(1, 2)))
+            .unwrap();
+        let recorded = runtime.block_on(ledger.record_releases(&[release("r", 0, 0)]));
+        assert!(recorded[0].is_ok(), "{recorded:?}");
+    }
+    runtime
+        .block_on(a.record_releases(&[release("r", 0, 1)]))
+        .remove(0)
+        .unwrap();
+    let count = |l: &Ledger| {
+        runtime
+            .block_on(l.close_run("r", ClosedBy::CloseRun))
+            .unwrap();
+        l.released("r").unwrap().unwrap().1
+    };
+    assert_eq!((count(&a), count(&b)), (vec![(1.0, 2)], vec![(1.0, 1)]));
+}
+
 /// Group commit: 400 releases from 8 threads at once on a durable ledger are all answered
 /// and all on disk after a reopen, and a release the ledger refuses (a step already recorded)
 /// fails alone.
