@@ -20,6 +20,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use fedmcmc_common::diagnostics::quantile;
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
 use fedmcmc_common::proposal::ProposalKind;
 use fedmcmc_coordinator::federation::grpc::GrpcParty;
@@ -286,10 +287,7 @@ async fn federations(s: &Setting, dir: &std::path::Path, iterations: u64) {
             }
             ratios.push((over_grpc.0 / in_process.0, durable.0 / in_process.0));
         }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let median = |v: Vec<f64>| quantile(&v, 0.5);
         medians.push((
             chains,
             median(ratios.iter().map(|r| r.0).collect()),

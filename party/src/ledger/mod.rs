@@ -312,12 +312,8 @@ impl Ledger {
     /// releases), past which a release fails with a storage error and is not answered.
     pub fn in_memory() -> Result<Ledger, LedgerError> {
         let path = Path::new(":memory:");
-        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
-            | rusqlite::OpenFlags::SQLITE_OPEN_CREATE
-            | rusqlite::OpenFlags::SQLITE_OPEN_URI
-            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags("file:ledger?vfs=memdb", flags)
-            .map_err(|e| storage(path, e))?;
+        // rusqlite opens URIs by default; a name without a leading '/' is private.
+        let conn = Connection::open("file:ledger?vfs=memdb").map_err(|e| storage(path, e))?;
         Ok(Self::start(conn, path, None, None)?.0)
     }
 
