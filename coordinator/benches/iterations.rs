@@ -142,6 +142,25 @@ async fn serve(
     (Federation::new(handles), stops)
 }
 
+/// [`time_chains`] over gRPC loopback: serves `parties` (with secure aggregation at
+/// `threshold`, if any), times the chains, then stops the servers.
+async fn time_served(
+    parties: Vec<(String, Arc<PartyNode>)>,
+    threshold: Option<u32>,
+    spec: &ModelSpec,
+    run: (Variant, ProposalKind),
+    chains: u32,
+    iterations: u64,
+) -> (f64, f64) {
+    let (grpc, stops) = serve(parties).await;
+    grpc.aggregate_securely(threshold);
+    let rates = time_chains(Arc::new(grpc), spec, run, chains, iterations).await;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    rates
+}
+
 const SECTIONS: [&str; 6] = ["penalty", "variants", "hmc", "glm", "proposals", "secure"];
 
 /// The full-data penalty, 1 chain, with plain releases and with secure aggregation (t = 0),
@@ -175,21 +194,13 @@ async fn secure_section(s: &Setting, iterations: u64) {
         "in-process",
         secure / plain
     );
-    let (grpc, stops) = serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
-    let plain = time_chains(Arc::new(grpc), &s.spec, penalty, 1, iterations)
+    let plain_nodes = nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap();
+    let plain = time_served(plain_nodes, None, &s.spec, penalty, 1, iterations)
         .await
         .0;
-    stops.into_iter().for_each(|s| {
-        let _ = s.send(());
-    });
-    let (grpc, stops) = serve(secure_nodes()).await;
-    grpc.aggregate_securely(Some(0));
-    let secure = time_chains(Arc::new(grpc), &s.spec, penalty, 1, iterations)
+    let secure = time_served(secure_nodes(), Some(0), &s.spec, penalty, 1, iterations)
         .await
         .0;
-    stops.into_iter().for_each(|s| {
-        let _ = s.send(());
-    });
     println!(
         "{:<44} {plain:>10.0} {secure:>10.0} {:>8.2}",
         "gRPC loopback",
@@ -263,21 +274,13 @@ async fn federations(s: &Setting, dir: &std::path::Path, iterations: u64) {
                 nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap(),
             ));
             let in_process = time_chains(local, &s.spec, penalty, chains, iterations).await;
-            let (grpc, stops) =
-                serve(nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap()).await;
-            let over_grpc = time_chains(Arc::new(grpc), &s.spec, penalty, chains, iterations).await;
-            stops.into_iter().for_each(|s| {
-                let _ = s.send(());
-            });
+            let in_memory = nodes(&s.spec, s.parts.clone(), s.budget, None).unwrap();
+            let over_grpc =
+                time_served(in_memory, None, &s.spec, penalty, chains, iterations).await;
             let ledgers = dir.join(format!("durable-{chains}-{round}"));
             std::fs::create_dir_all(&ledgers).unwrap();
-            let (durable, stops) =
-                serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-            let durable =
-                time_chains(Arc::new(durable), &s.spec, penalty, chains, iterations).await;
-            stops.into_iter().for_each(|s| {
-                let _ = s.send(());
-            });
+            let durable = nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap();
+            let durable = time_served(durable, None, &s.spec, penalty, chains, iterations).await;
             for (name, (per_chain, total)) in [
                 ("in-process (in-memory ledgers)", in_process),
                 ("gRPC loopback (in-memory ledgers)", over_grpc),
@@ -355,13 +358,8 @@ async fn hmc(s: &Setting, dir: &std::path::Path, iterations: u64) {
         let (_, in_process) = time_chains(local, &s.spec, hmc, chains, hmc_iterations).await;
         let ledgers = dir.join(format!("durable-hmc-{chains}"));
         std::fs::create_dir_all(&ledgers).unwrap();
-        let (durable, stops) =
-            serve(nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap()).await;
-        let (_, over_grpc) =
-            time_chains(Arc::new(durable), &s.spec, hmc, chains, hmc_iterations).await;
-        stops.into_iter().for_each(|s| {
-            let _ = s.send(());
-        });
+        let durable = nodes(&s.spec, s.parts.clone(), s.budget, Some(&ledgers)).unwrap();
+        let (_, over_grpc) = time_served(durable, None, &s.spec, hmc, chains, hmc_iterations).await;
         for (name, rate) in [
             ("in-process (in-memory ledgers)", in_process),
             ("gRPC loopback (durable ledgers)", over_grpc),

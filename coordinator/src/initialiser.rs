@@ -19,6 +19,7 @@
 //! fitted Hessian point along the ridge as well as across it.
 use std::sync::Arc;
 
+use fedmcmc_common::diagnostics::quantile;
 use fedmcmc_common::models::Model;
 use fedmcmc_party::node::INITIALISER;
 use rand::Rng;
@@ -445,7 +446,9 @@ async fn refine<P: PartyHandle>(
         climbed.point.iter().copied().collect()
     } else {
         let along: Vec<DVector<f64>> = centres[later..].iter().map(|c| axes.tr_mul(c)).collect();
-        let medians = DVector::from_fn(dim, |k, _| median(along.iter().map(|a| a[k]).collect()));
+        let medians = DVector::from_fn(dim, |k, _| {
+            quantile(&along.iter().map(|a| a[k]).collect::<Vec<_>>(), 0.5)
+        });
         (&axes * medians).iter().copied().collect()
     };
     let fitted = covariance(&mean)
@@ -466,13 +469,6 @@ fn covariance(hessian: &DMatrix<f64>) -> Option<DMatrix<f64>> {
         .iter()
         .all(|v| v.is_finite())
         .then_some(covariance)
-}
-
-/// The middle of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    0.5 * (values[(n - 1) / 2] + values[n / 2])
 }
 
 /// Shortens `step` so that it is no longer than the prior's sd along any coordinate: where
