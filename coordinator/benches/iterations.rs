@@ -14,9 +14,10 @@
 //! at d = 10 (issue 13). Last (issue 22), the full-data penalty with secure aggregation
 //! (exact discrete shares, masked) against plain releases, in-process and over gRPC.
 //!
-//! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS] [SECTION…]`, where a
-//! section is `penalty`, `variants`, `hmc`, `glm`, `proposals` or `secure` (all of them by
-//! default).
+//! `cargo bench -p fedmcmc-coordinator --bench iterations [-- ITERATIONS] [rows=N] [SECTION…]`,
+//! where a section is `penalty`, `variants`, `hmc`, `glm`, `proposals` or `secure` (all of
+//! them by default), and `rows=N` replaces the banana's 100 000 rows: a step's reading grows
+//! with the rows, the gRPC path's cost per frame does not.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,26 +36,29 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::oneshot;
 
+/// Rows in all unless `rows=N` says otherwise: the thesis's setting.
 const ROWS: usize = 100_000;
 const PARTIES: usize = 3;
 const TOKEN: &str = "bench-token-0123456789";
 
 struct Setting {
     spec: ModelSpec,
+    rows: usize,
     parts: Vec<fedmcmc_common::data::Columns>,
     budget: BudgetConfig,
 }
 
-fn setting() -> Setting {
+fn setting(rows: usize) -> Setting {
     let spec = ModelSpec::flat_banana(2);
     let model = spec.build().unwrap();
-    let data = model.simulate(&spec.true_theta(), ROWS, &mut ChaCha8Rng::seed_from_u64(1));
+    let data = model.simulate(&spec.true_theta(), rows, &mut ChaCha8Rng::seed_from_u64(1));
     Setting {
         parts: data.split(PARTIES),
         spec,
+        rows,
         budget: BudgetConfig {
             epsilon: 1e6,
-            delta: 0.1 / ROWS as f64,
+            delta: 0.1 / rows as f64,
             accountant: Default::default(),
         },
     }
@@ -214,9 +218,19 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let iterations: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let rows = match args.iter().find_map(|a| a.strip_prefix("rows=")) {
+        Some(rows) => match rows.parse::<usize>() {
+            Ok(rows) if rows >= PARTIES => rows,
+            _ => {
+                eprintln!("rows={rows}: give a whole number of rows, at least {PARTIES}");
+                std::process::exit(2);
+            }
+        },
+        None => ROWS,
+    };
     let mut sections: Vec<&str> = args
         .iter()
-        .filter(|a| a.parse::<u64>().is_err())
+        .filter(|a| a.parse::<u64>().is_err() && !a.starts_with("rows="))
         .map(String::as_str)
         .collect();
     if let Some(unknown) = sections.iter().find(|s| !SECTIONS.contains(s)) {
@@ -233,10 +247,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let s = setting();
+    let s = setting(rows);
     let dir = tempfile::tempdir().unwrap();
     println!(
-        "flat banana d=2, n={ROWS} over {PARTIES} parties, tau=0.1, proposal sd 0.008, clip 2; {iterations} iterations per chain"
+        "flat banana d=2, n={rows} over {PARTIES} parties, tau=0.1, proposal sd 0.008, clip 2; {iterations} iterations per chain"
     );
     rt.block_on(async {
         for section in sections {
@@ -348,7 +362,7 @@ async fn hmc(s: &Setting, dir: &std::path::Path, iterations: u64) {
         "{:<44} {:>8} {:>14} {:>14}",
         "federation", "chains", "it/s total", "rows/s"
     );
-    let rows_per_iteration = 12.0 * ROWS as f64;
+    let rows_per_iteration = 12.0 * s.rows as f64;
     let hmc = (hmc, ProposalKind::Rw);
     let mut ratios = Vec::new();
     for chains in [1u32, 4] {
