@@ -65,8 +65,9 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// A chain at `init`, which must have a finite log density.
-    pub fn new(target: &dyn LogDensity, init: Vec<f64>, seed: u64) -> Result<Self, String> {
+    /// A chain at `init` (as [`LogDensity::reported`]), which must have a finite log density.
+    pub fn new(target: &dyn LogDensity, init: &[f64], seed: u64) -> Result<Self, String> {
+        let init = target.sampler_point(init);
         let mut grad = vec![0.0; target.dim()];
         let logp = target.log_density(&init, &mut grad);
         if !logp.is_finite() || grad.iter().any(|g| !g.is_finite()) {
@@ -85,10 +86,6 @@ impl Chain {
         };
         chain.step_size = chain.reasonable_step(target);
         Ok(chain)
-    }
-
-    pub fn position(&self) -> &[f64] {
-        &self.x
     }
 
     /// A first step size at which one leapfrog step's acceptance is about ½ (Hoffman &
@@ -190,8 +187,9 @@ impl Chain {
     /// Stan's warm-up schedule over `warmup` transitions: the first 15 % adapts the step size
     /// only; then doubling windows (from 25) estimate the diagonal mass, the step-size search
     /// restarting after each; the last 10 % adapts the step size with the final mass; then the
-    /// averaged step size is frozen. `each` sees every warm-up state.
-    pub fn warm_up(
+    /// averaged step size is frozen. `each` sees every warm-up state (in the sampler's
+    /// space).
+    fn warm_up(
         &mut self,
         target: &dyn LogDensity,
         warmup: usize,
@@ -231,7 +229,7 @@ impl Chain {
     }
 }
 
-/// Every chain's states (warm-up included) and transitions.
+/// Every chain's states (warm-up included, as [`LogDensity::reported`]) and transitions.
 #[derive(Clone, Debug, Default)]
 pub struct ChainDraws {
     pub states: Vec<Vec<f64>>,
@@ -249,7 +247,8 @@ pub struct Sampled {
     pub converged: bool,
 }
 
-/// Runs one chain per initial point (chain c seeded with `seeds[c]`), each on its own thread,
+/// Runs one chain per initial point (as [`LogDensity::reported`]; chain c seeded with
+/// `seeds[c]`), each on its own thread,
 /// through warm-up and `settings.draws` draws, then doubles the draws until the reported
 /// coordinates `reported(x)` have R̂ ≤ `max_rhat` and bulk and tail ESS ≥ `min_ess`, or
 /// the draws reach `max_draws`.
@@ -263,19 +262,19 @@ pub fn sample_until_converged(
     let mut chains: Vec<(Chain, ChainDraws)> = inits
         .into_iter()
         .zip(seeds)
-        .map(|(init, &seed)| Ok((Chain::new(target, init, seed)?, ChainDraws::default())))
+        .map(|(init, &seed)| Ok((Chain::new(target, &init, seed)?, ChainDraws::default())))
         .collect::<Result<_, String>>()?;
     let run = |chains: &mut Vec<(Chain, ChainDraws)>, warmup: usize, draws: usize| {
         std::thread::scope(|scope| {
             for (chain, record) in chains.iter_mut() {
                 scope.spawn(move || {
                     chain.warm_up(target, warmup, |x, t| {
-                        record.states.push(x.to_vec());
+                        record.states.push(target.reported(x));
                         record.transitions.push(*t);
                     });
                     for _ in 0..draws {
                         let t = chain.transition(target);
-                        record.states.push(chain.position().to_vec());
+                        record.states.push(target.reported(&chain.x));
                         record.transitions.push(t);
                     }
                 });

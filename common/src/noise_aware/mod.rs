@@ -19,6 +19,15 @@ pub trait LogDensity: Sync {
     /// ln p(x) up to a constant, with ∇ ln p(x) written into `grad` (length `dim`). A point
     /// outside the support returns −∞ (the gradient is then ignored).
     fn log_density(&self, x: &[f64], grad: &mut [f64]) -> f64;
+    /// The point `x` of the sampler's space as its draws are reported: θ first, then any
+    /// latent quantities. The same unless the density samples a reparametrisation.
+    fn reported(&self, x: &[f64]) -> Vec<f64> {
+        x.to_vec()
+    }
+    /// The point of the sampler's space that [`LogDensity::reported`] maps to `point`.
+    fn sampler_point(&self, point: &[f64]) -> Vec<f64> {
+        point.to_vec()
+    }
 }
 
 #[cfg(test)]

@@ -23,10 +23,11 @@
 //!   convolved with the CLT's normal (Bernstein & Sheldon 2018, Sec. 3, with the Gaussian
 //!   mechanism the convolution is closed form).
 //!
-//! The sampler works on (θ, L) with A = LLᵀ, L lower triangular with a log diagonal, so A
+//! The sampler works on (z, L) with A = LLᵀ, L lower triangular with a log diagonal, so A
 //! stays positive definite; a flat prior on A carries the Jacobian 2^d Π L_jj^(d−j+1)
 //! (Muirhead 1982, Thm 2.1.9; 1-based j), det A = Π L_jj² and the log diagonal one more
-//! L_jj each.
+//! L_jj each. θ, normal given A, is z moved to its conditional mean and scaled by its
+//! conditional covariance ([`QuadraticPosterior`]), and the chains report θ.
 use std::sync::Arc;
 
 use nalgebra::{DMatrix, DVector};
@@ -184,11 +185,22 @@ fn floor_of(release: &Release) -> f64 {
     release.noise_variance.sqrt().max(1e-12)
 }
 
-/// The noise-aware posterior p(θ, A | ĝ, Â) of the module's comment, on x = (θ, L).
+/// The noise-aware posterior p(θ, A | ĝ, Â) of the module's comment, sampled on x = (z, L)
+/// with θ = θ_r + m(A) + R⁻ᵀz: given A the posterior of θ is normal (the summary's score is
+/// linear in θ and the GLMs' priors are normal), with precision H = AC⁻¹A + P₀ = RRᵀ and
+/// mean θ_r + m(A), m = H⁻¹(AC⁻¹ĝ + P₀b), b = μ₀ − θ_r for the prior N(μ₀, P₀⁻¹). In (z, L)
+/// the density factors exactly into N(z; 0, I) and A's marginal posterior, in which θ is
+/// integrated out: ĝ | A ~ N(Ab, C + AP₀⁻¹A). The non-centred form (Papaspiliopoulos,
+/// Roberts & Sköld 2007) has no funnel: where the noise hides A, θ's scale changes with A,
+/// and a sampler moving θ itself then needs a step size for every scale at once.
 pub struct QuadraticPosterior {
-    model: Arc<dyn Model>,
     release: Release,
     a_hat: DMatrix<f64>,
+    /// The prior's precision P₀ and covariance V = P₀⁻¹.
+    prior_precision: DMatrix<f64>,
+    prior_covariance: DMatrix<f64>,
+    /// b = μ₀ − θ_r.
+    prior_offset: DVector<f64>,
 }
 
 impl QuadraticPosterior {
@@ -199,8 +211,15 @@ impl QuadraticPosterior {
             "a released summary carries positive noise"
         );
         let a_hat = release.a_matrix();
+        let (prior_grad, prior_precision) = prior_quadratic(model.as_ref(), &release.centre);
+        let chol = prior_precision
+            .clone()
+            .cholesky()
+            .expect("the GLMs' priors are proper normals");
         QuadraticPosterior {
-            model,
+            prior_offset: chol.solve(&prior_grad),
+            prior_covariance: chol.inverse(),
+            prior_precision,
             release,
             a_hat,
         }
@@ -210,15 +229,23 @@ impl QuadraticPosterior {
         self.release.dim()
     }
 
-    /// θ of a point of the sampler's space.
-    pub fn theta<'a>(&self, x: &'a [f64]) -> &'a [f64] {
-        &x[..self.d()]
+    /// Given A: θ's conditional mean less the centre, m(A), and the Cholesky factor R of its
+    /// precision H; `None` where C is singular.
+    fn conditional(&self, a: &DMatrix<f64>) -> Option<(DVector<f64>, DMatrix<f64>)> {
+        let d = self.d();
+        let c = a + DMatrix::identity(d, d) * self.release.noise_variance;
+        let a_c_inv = c.cholesky()?.solve(a).transpose();
+        let h = &a_c_inv * a + &self.prior_precision;
+        let rhs = &a_c_inv * DVector::from_column_slice(&self.release.g)
+            + &self.prior_precision * &self.prior_offset;
+        let chol = h.cholesky()?;
+        Some((chol.solve(&rhs), chol.l()))
     }
 
-    /// A point to start from: θ the [`Approximation`]'s mode, L the Cholesky factor of Â
-    /// made positive definite.
-    pub fn initial(&self) -> Vec<f64> {
-        let mut x = Approximation::of(self.model.as_ref(), &self.release).mode;
+    /// A point to start from (as reported): θ the [`Approximation`]'s mode, L the Cholesky
+    /// factor of Â made positive definite.
+    pub fn initial(&self, model: &dyn Model) -> Vec<f64> {
+        let mut x = Approximation::of(model, &self.release).mode;
         let a = positive_definite(&self.a_hat, floor_of(&self.release));
         factor::push(&mut x, &a.cholesky().expect("positive definite").l());
         x
@@ -234,23 +261,29 @@ impl LogDensity for QuadraticPosterior {
     fn log_density(&self, x: &[f64], grad: &mut [f64]) -> f64 {
         let d = self.d();
         let s2 = self.release.noise_variance;
-        let theta = &x[..d];
-        let l = factor::read(&x[d..], d);
+        let (z, coords) = x.split_at(d);
+        let l = factor::read(coords, d);
         let a = &l * l.transpose();
-        let delta = DVector::from_fn(d, |i, _| theta[i] - self.release.centre[i]);
-        let r = DVector::from_column_slice(&self.release.g) - &a * &delta;
-        let c = &a + DMatrix::identity(d, d) * s2;
-        let Some(chol) = c.cholesky() else {
+        let v = &self.prior_covariance;
+        // ĝ | A ~ N(Ab, S), S = A + σ²I + AVA.
+        let s = &a + DMatrix::identity(d, d) * s2 + &a * v * &a;
+        let r = DVector::from_column_slice(&self.release.g) - &a * &self.prior_offset;
+        let Some(chol) = s.cholesky() else {
             return f64::NEG_INFINITY;
         };
-        let c_inv_r = chol.solve(&r);
-        let c_inv = chol.inverse();
+        let u = chol.solve(&r);
+        let s_inv = chol.inverse();
         let half_log_det: f64 = chol.l().diagonal().iter().map(|v| v.ln()).sum();
-        let mut value = -0.5 * r.dot(&c_inv_r) - half_log_det;
+        let mut value =
+            -0.5 * r.dot(&u) - half_log_det - 0.5 * z.iter().map(|z| z * z).sum::<f64>();
+        // dℓ = tr(G dA) with dS = dA + dA·VA + AV·dA and dr = −dA·b.
+        let uu = &u * u.transpose();
+        let vasi = v * &a * &s_inv;
+        let vauu = v * &a * &uu;
+        let g = &self.prior_offset * u.transpose() + (&uu + &vauu + vauu.transpose()) * 0.5
+            - (&s_inv + &vasi + vasi.transpose()) * 0.5;
+        let mut gbar = (&g + g.transpose()) * 0.5;
         // Â's measurement of A, entry by entry over the upper triangle.
-        let mut gbar =
-            &c_inv_r * delta.transpose() + (&c_inv_r * c_inv_r.transpose() - c_inv) * 0.5;
-        gbar = (&gbar + gbar.transpose()) * 0.5;
         for i in 0..d {
             for j in i..d {
                 let e = self.a_hat[(i, j)] - a[(i, j)];
@@ -262,26 +295,58 @@ impl LogDensity for QuadraticPosterior {
                 }
             }
         }
-        value += self.model.log_prior(theta);
-        value += factor::log_jacobian(&x[d..], d, MEANS_PRIOR);
+        value += factor::log_jacobian(coords, d, MEANS_PRIOR);
         if !value.is_finite() {
             return f64::NEG_INFINITY;
         }
-        // ∂/∂θ = A C⁻¹ r + ∇ ln p(θ).
-        self.model.grad_log_prior(theta, &mut grad[..d]);
-        let a_c_inv_r = &a * &c_inv_r;
-        for i in 0..d {
-            grad[i] += a_c_inv_r[i];
+        for (g, z) in grad[..d].iter_mut().zip(z) {
+            *g = -z;
         }
         factor::gradient(&gbar, &l, MEANS_PRIOR, &mut grad[d..]);
         value
+    }
+
+    fn reported(&self, x: &[f64]) -> Vec<f64> {
+        let d = self.d();
+        let (z, coords) = x.split_at(d);
+        let l = factor::read(coords, d);
+        let mut point = match self.conditional(&(&l * l.transpose())) {
+            Some((m, r)) => {
+                let spread = r
+                    .transpose()
+                    .solve_upper_triangular(&DVector::from_column_slice(z))
+                    .expect("a Cholesky factor is invertible");
+                (0..d)
+                    .map(|i| self.release.centre[i] + m[i] + spread[i])
+                    .collect()
+            }
+            None => vec![f64::NAN; d],
+        };
+        point.extend_from_slice(coords);
+        point
+    }
+
+    fn sampler_point(&self, point: &[f64]) -> Vec<f64> {
+        let d = self.d();
+        let (theta, coords) = point.split_at(d);
+        let l = factor::read(coords, d);
+        let mut x = match self.conditional(&(&l * l.transpose())) {
+            Some((m, r)) => {
+                let delta = DVector::from_fn(d, |i, _| theta[i] - self.release.centre[i] - m[i]);
+                (r.transpose() * delta).iter().copied().collect()
+            }
+            None => vec![f64::NAN; d],
+        };
+        x.extend_from_slice(coords);
+        x
     }
 }
 
 /// The noise-aware posterior of a quadratic summary, with where its chains start.
 pub struct NoiseAware {
     pub target: Box<dyn LogDensity + Send>,
-    /// A point to start from: θ at the [`Approximation`]'s mode, A's coordinates where Â is.
+    /// A point to start from (as the target reports its points): θ at the
+    /// [`Approximation`]'s mode, A's coordinates where Â is.
     pub initial: Vec<f64>,
     model: Arc<dyn Model>,
     tilted: bool,
@@ -318,7 +383,7 @@ pub fn noise_aware(model: &Arc<dyn Model>, release: Release, rows: u64) -> Noise
         (Box::new(posterior), initial)
     } else {
         let posterior = QuadraticPosterior::new(Arc::clone(model), release);
-        let initial = posterior.initial();
+        let initial = posterior.initial(model.as_ref());
         (Box::new(posterior), initial)
     };
     NoiseAware {
@@ -399,12 +464,65 @@ mod tests {
     #[test]
     fn the_gradient_matches_finite_differences() {
         let (model, release) = release();
-        let post = QuadraticPosterior::new(model, release);
-        let mut x = post.initial();
+        let post = QuadraticPosterior::new(Arc::clone(&model), release);
+        let mut x = post.sampler_point(&post.initial(model.as_ref()));
         x[0] += 0.05;
         x[5] += 0.1;
         x[4] -= 0.3;
         assert_gradient(&post, &x, 1e-5);
+    }
+
+    /// The joint density on (θ, L) as the module's comment writes it, up to a constant.
+    fn centred(model: &dyn Model, release: &Release, point: &[f64]) -> f64 {
+        let d = release.dim();
+        let (theta, coords) = point.split_at(d);
+        let l = factor::read(coords, d);
+        let a = &l * l.transpose();
+        let delta = DVector::from_fn(d, |i, _| theta[i] - release.centre[i]);
+        let r = DVector::from_column_slice(&release.g) - &a * &delta;
+        let chol = (&a + DMatrix::identity(d, d) * release.noise_variance)
+            .cholesky()
+            .unwrap();
+        let half_log_det: f64 = chol.l().diagonal().iter().map(|v| v.ln()).sum();
+        let measured: f64 = (0..d)
+            .flat_map(|i| (i..d).map(move |j| (i, j)))
+            .map(|(i, j)| (release.a[i][j] - a[(i, j)]).powi(2))
+            .sum::<f64>()
+            / (2.0 * release.noise_variance);
+        -0.5 * r.dot(&chol.solve(&r)) - half_log_det - measured
+            + model.log_prior(theta)
+            + factor::log_jacobian(coords, d, MEANS_PRIOR)
+    }
+
+    /// The non-centred density is the joint one moved to (z, L): at every point they differ
+    /// by ln det R (the map's Jacobian) and a constant, so θ integrated out of the joint
+    /// leaves A's marginal exactly, and `reported` inverts `sampler_point`.
+    #[test]
+    fn the_non_centred_density_is_the_joint_one_reparametrised() {
+        let (model, release) = release();
+        let post = QuadraticPosterior::new(Arc::clone(&model), release.clone());
+        let base = post.initial(model.as_ref());
+        let mut offsets = Vec::new();
+        for k in 0..6 {
+            let mut point = base.clone();
+            for (i, p) in point.iter_mut().enumerate() {
+                *p += 0.3 * ((k * 7 + i * 3) as f64).sin();
+            }
+            let x = post.sampler_point(&point);
+            let back = post.reported(&x);
+            for (a, b) in point.iter().zip(&back) {
+                assert!((a - b).abs() < 1e-9, "{point:?} came back as {back:?}");
+            }
+            let l = factor::read(&x[3..], 3);
+            let (_, r) = post.conditional(&(&l * l.transpose())).unwrap();
+            let log_det_r: f64 = r.diagonal().iter().map(|v| v.ln()).sum();
+            let mut grad = vec![0.0; post.dim()];
+            let nc = post.log_density(&x, &mut grad);
+            offsets.push(centred(model.as_ref(), &release, &point) - nc - log_det_r);
+        }
+        for o in &offsets {
+            assert!((o - offsets[0]).abs() < 1e-8, "{offsets:?}");
+        }
     }
 
     #[test]
