@@ -242,6 +242,25 @@ impl QuadraticPosterior {
         Some((chol.solve(&rhs), chol.l()))
     }
 
+    /// `point` with its first d coordinates (z or θ) mapped by `f` given θ's conditional
+    /// mean less the centre and precision factor under the A its other coordinates hold.
+    fn map_theta(
+        &self,
+        point: &[f64],
+        f: impl Fn(&DVector<f64>, &DMatrix<f64>, &[f64]) -> Vec<f64>,
+    ) -> Vec<f64> {
+        let d = self.d();
+        let (head, coords) = point.split_at(d);
+        let l = factor::read(coords, d);
+        // S ⪰ C and H ⪰ P₀: both positive definite wherever the density is finite.
+        let (m, r) = self
+            .conditional(&(&l * l.transpose()))
+            .expect("θ's conditional is normal given a positive definite A");
+        let mut mapped = f(&m, &r, head);
+        mapped.extend_from_slice(coords);
+        mapped
+    }
+
     /// A point to start from (as reported): θ the [`Approximation`]'s mode, L the Cholesky
     /// factor of Â made positive definite.
     pub fn initial(&self, model: &dyn Model) -> Vec<f64> {
@@ -307,38 +326,25 @@ impl LogDensity for QuadraticPosterior {
     }
 
     fn reported(&self, x: &[f64]) -> Vec<f64> {
-        let d = self.d();
-        let (z, coords) = x.split_at(d);
-        let l = factor::read(coords, d);
-        let mut point = match self.conditional(&(&l * l.transpose())) {
-            Some((m, r)) => {
-                let spread = r
-                    .transpose()
-                    .solve_upper_triangular(&DVector::from_column_slice(z))
-                    .expect("a Cholesky factor is invertible");
-                (0..d)
-                    .map(|i| self.release.centre[i] + m[i] + spread[i])
-                    .collect()
-            }
-            None => vec![f64::NAN; d],
-        };
-        point.extend_from_slice(coords);
-        point
+        self.map_theta(x, |m, r, z| {
+            let spread = r
+                .transpose()
+                .solve_upper_triangular(&DVector::from_column_slice(z))
+                .expect("a Cholesky factor is invertible");
+            (&spread + m)
+                .iter()
+                .zip(&self.release.centre)
+                .map(|(s, c)| s + c)
+                .collect()
+        })
     }
 
     fn sampler_point(&self, point: &[f64]) -> Vec<f64> {
-        let d = self.d();
-        let (theta, coords) = point.split_at(d);
-        let l = factor::read(coords, d);
-        let mut x = match self.conditional(&(&l * l.transpose())) {
-            Some((m, r)) => {
-                let delta = DVector::from_fn(d, |i, _| theta[i] - self.release.centre[i] - m[i]);
-                (r.transpose() * delta).iter().copied().collect()
-            }
-            None => vec![f64::NAN; d],
-        };
-        x.extend_from_slice(coords);
-        x
+        self.map_theta(point, |m, r, theta| {
+            let delta =
+                DVector::from_fn(theta.len(), |i, _| theta[i] - self.release.centre[i] - m[i]);
+            (r.transpose() * delta).iter().copied().collect()
+        })
     }
 }
 
