@@ -216,6 +216,34 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
+    /// A logistic row's window stops at |η| = ROW_REACH: a row centred within reach of it
+    /// gets the window that ends there, a row beyond it Taylor's expansion, a row near 0 the
+    /// whole window.
+    #[test]
+    fn a_logistic_row_s_window_stops_at_its_reach() {
+        let glm = GlmSpec::example(Family::Logistic, 3).build().unwrap();
+        let local = glm.local(2.0);
+        let taylor = |c: f64| {
+            let s = sigmoid(c);
+            (s, 0.5 * s * (1.0 - s))
+        };
+        let cases = [
+            (0.5, chebyshev_quadratic(softplus, 0.5, 2.0)),
+            (-4.0, chebyshev_quadratic(softplus, -4.0, ROW_REACH - 4.0)),
+            (4.5, chebyshev_quadratic(softplus, 4.5, ROW_REACH - 4.5)),
+            (ROW_REACH + 1.0, taylor(ROW_REACH + 1.0)),
+            (-ROW_REACH, taylor(-ROW_REACH)),
+        ];
+        for (c, expected) in cases {
+            assert_eq!(local.coefficients(c), expected, "c = {c}");
+        }
+        assert_ne!(
+            chebyshev_quadratic(softplus, 4.5, 2.0),
+            chebyshev_quadratic(softplus, 4.5, ROW_REACH - 4.5),
+            "the case at 4.5 tells the cut window from the whole one"
+        );
+    }
+
     /// The summary's quadratic gᵀΔ − ½ΔᵀAΔ is, at window 0, the second-order Taylor
     /// expansion of the summed log-likelihood about the centre: its gradient and Hessian.
     #[test]
