@@ -2,7 +2,7 @@
 //! noise-aware posteriors): leapfrog trajectories of a jittered length, a Metropolis test on
 //! the Hamiltonian, and Stan's warm-up (step size by dual averaging, Hoffman & Gelman 2014,
 //! Alg. 5; a diagonal mass from doubling windows of warm-up draws). The chains then run
-//! until R̂ ≤ 1.01 and the bulk and tail ESS of every reported coordinate reach 400, as many
+//! until R̂ ≤ 1.01 and the bulk and tail ESS of every watched coordinate reach 400, as many
 //! draws as that takes, up to a cap.
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -241,7 +241,7 @@ pub struct ChainDraws {
 pub struct Sampled {
     pub chains: Vec<ChainDraws>,
     pub warmup: usize,
-    /// The worst R̂ and the smallest bulk or tail ESS over the reported coordinates at the end.
+    /// The worst R̂ and the smallest bulk or tail ESS over the watched coordinates at the end.
     pub rhat: f64,
     pub ess: f64,
     pub converged: bool,
@@ -249,15 +249,16 @@ pub struct Sampled {
 
 /// Runs one chain per initial point (as [`LogDensity::reported`]; chain c seeded with
 /// `seeds[c]`), each on its own thread,
-/// through warm-up and `settings.draws` draws, then doubles the draws until the reported
-/// coordinates `reported(x)` have R̂ ≤ `max_rhat` and bulk and tail ESS ≥ `min_ess`, or
+/// through warm-up and `settings.draws` draws, then doubles the draws until the watched
+/// coordinates `watched(state)` of the reported states have R̂ ≤ `max_rhat` and bulk and
+/// tail ESS ≥ `min_ess`, or
 /// the draws reach `max_draws`.
 pub fn sample_until_converged(
     target: &dyn LogDensity,
     inits: Vec<Vec<f64>>,
     seeds: &[u64],
     settings: Settings,
-    reported: &(dyn Fn(&[f64]) -> Vec<f64> + Sync),
+    watched: &(dyn Fn(&[f64]) -> Vec<f64> + Sync),
 ) -> Result<Sampled, String> {
     let mut chains: Vec<(Chain, ChainDraws)> = inits
         .into_iter()
@@ -284,7 +285,7 @@ pub fn sample_until_converged(
     run(&mut chains, settings.warmup, settings.draws);
     let mut draws = settings.draws;
     loop {
-        let (worst_rhat, least_ess) = diagnose(&chains, settings.warmup, reported)?;
+        let (worst_rhat, least_ess) = diagnose(&chains, settings.warmup, watched)?;
         let converged = worst_rhat <= settings.max_rhat && least_ess >= settings.min_ess;
         if converged || draws >= settings.max_draws {
             return Ok(Sampled {
@@ -301,15 +302,15 @@ pub fn sample_until_converged(
     }
 }
 
-/// The worst R̂ and the least bulk or tail ESS over the reported coordinates.
+/// The worst R̂ and the least bulk or tail ESS over the watched coordinates.
 fn diagnose(
     chains: &[(Chain, ChainDraws)],
     warmup: usize,
-    reported: &(dyn Fn(&[f64]) -> Vec<f64> + Sync),
+    watched: &(dyn Fn(&[f64]) -> Vec<f64> + Sync),
 ) -> Result<(f64, f64), String> {
     let kept: Vec<Vec<Vec<f64>>> = chains
         .iter()
-        .map(|(_, d)| d.states[warmup..].iter().map(|x| reported(x)).collect())
+        .map(|(_, d)| d.states[warmup..].iter().map(|x| watched(x)).collect())
         .collect();
     let dim = kept[0][0].len();
     let (mut worst, mut least) = (0.0f64, f64::INFINITY);
