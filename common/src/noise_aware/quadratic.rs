@@ -83,22 +83,15 @@ pub struct Approximation {
 
 impl Approximation {
     pub fn of(model: &dyn Model, release: &Release) -> Self {
-        let d = release.dim();
         // Noise can make Â indefinite; a direction it does not measure gets no curvature
         // (an eigenvalue floor of σ would claim a precision of about 1 there), only enough
         // that C stays invertible without noise.
         let a_hat = release.a_matrix();
         let scale = a_hat.diagonal().amax().max(1.0);
         let a = positive_definite(&a_hat, 1e-12 * scale);
-        let c = &a + DMatrix::identity(d, d) * release.noise_variance;
-        let a_c_inv = c
-            .cholesky()
-            .expect("A + σ²I is positive definite")
-            .solve(&a)
-            .transpose();
         let (prior_grad, prior_curvature) = prior_quadratic(model, &release.centre);
-        let precision = &a_c_inv * &a + prior_curvature;
-        let rhs = &a_c_inv * DVector::from_column_slice(&release.g) + prior_grad;
+        let (precision, rhs) = normal_given(&a, release, &prior_grad, &prior_curvature)
+            .expect("A + σ²I is positive definite");
         let step = match precision.clone().cholesky() {
             Some(chol) => chol.solve(&rhs),
             None => a.clone().cholesky().expect("positive definite").solve(&rhs),
@@ -149,6 +142,24 @@ impl Approximation {
     }
 }
 
+/// θ given the curvature `a` under the summary's model ĝ ~ N(AΔ, C), C = A + σ²I, and the
+/// prior's quadratic at the centre (`prior_quadratic`): θ is normal with precision
+/// H = AC⁻¹A + P₀, and its mean is the centre plus H⁻¹ times the second value,
+/// AC⁻¹ĝ + ∇ ln p(θ_r). `None` where C is singular.
+fn normal_given(
+    a: &DMatrix<f64>,
+    release: &Release,
+    prior_grad: &DVector<f64>,
+    prior_precision: &DMatrix<f64>,
+) -> Option<(DMatrix<f64>, DVector<f64>)> {
+    let d = release.dim();
+    let c = a + DMatrix::identity(d, d) * release.noise_variance;
+    let a_c_inv = c.cholesky()?.solve(a).transpose();
+    let precision = &a_c_inv * a + prior_precision;
+    let rhs = &a_c_inv * DVector::from_column_slice(&release.g) + prior_grad;
+    Some((precision, rhs))
+}
+
 /// The prior's gradient at `centre` and its curvature −∇² ln p from the gradient at unit
 /// moves (exact for the GLMs' normal priors).
 fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
@@ -196,7 +207,8 @@ fn floor_of(release: &Release) -> f64 {
 pub struct QuadraticPosterior {
     release: Release,
     a_hat: DMatrix<f64>,
-    /// The prior's precision P₀ and covariance V = P₀⁻¹.
+    /// The prior's gradient at the centre, its precision P₀ and covariance V = P₀⁻¹.
+    prior_grad: DVector<f64>,
     prior_precision: DMatrix<f64>,
     prior_covariance: DMatrix<f64>,
     /// b = μ₀ − θ_r.
@@ -219,6 +231,7 @@ impl QuadraticPosterior {
         QuadraticPosterior {
             prior_offset: chol.solve(&prior_grad),
             prior_covariance: chol.inverse(),
+            prior_grad,
             prior_precision,
             release,
             a_hat,
@@ -232,12 +245,7 @@ impl QuadraticPosterior {
     /// Given A: θ's conditional mean less the centre, m(A), and the Cholesky factor R of its
     /// precision H; `None` where C is singular.
     fn conditional(&self, a: &DMatrix<f64>) -> Option<(DVector<f64>, DMatrix<f64>)> {
-        let d = self.d();
-        let c = a + DMatrix::identity(d, d) * self.release.noise_variance;
-        let a_c_inv = c.cholesky()?.solve(a).transpose();
-        let h = &a_c_inv * a + &self.prior_precision;
-        let rhs = &a_c_inv * DVector::from_column_slice(&self.release.g)
-            + &self.prior_precision * &self.prior_offset;
+        let (h, rhs) = normal_given(a, &self.release, &self.prior_grad, &self.prior_precision)?;
         let chol = h.cholesky()?;
         Some((chol.solve(&rhs), chol.l()))
     }

@@ -49,13 +49,10 @@ struct Local {
 impl Local {
     /// (b₁, b₂) of b about c.
     fn coefficients(&self, c: f64) -> (f64, f64) {
-        match (self.family, self.window > 0.0) {
-            (Family::Gaussian, _) => (c, 0.5),
-            (Family::Logistic, false) => {
-                let s = sigmoid(c);
-                (s, 0.5 * s * (1.0 - s))
-            }
-            (Family::Logistic, true) => {
+        match self.family {
+            Family::Gaussian => (c, 0.5),
+            Family::Logistic => {
+                // Window 0, or a row at or beyond its reach: Taylor's expansion.
                 let window = self.window.min(ROW_REACH - c.abs());
                 if window > 0.0 {
                     chebyshev_quadratic(softplus, c, window)
@@ -64,7 +61,7 @@ impl Local {
                     (s, 0.5 * s * (1.0 - s))
                 }
             }
-            (Family::Poisson, _) => {
+            Family::Poisson => {
                 let (k1, k2) = self.exp_coefficients;
                 let e = c.exp();
                 (e * k1, e * k2)
