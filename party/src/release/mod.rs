@@ -55,12 +55,12 @@ use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
-use crate::aggregation::{multiplier_for, session, share};
+use crate::aggregation::{Joined, multiplier_for, session, share};
 use crate::error::PartyError;
 use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
 use crate::runs::{ChainState, RunState};
-use crate::statistics::{Computed, Public, Query};
+use crate::statistics::{Computed, Public, Query, Statistic, parallel};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
 /// 1.8e308, so the value, its noise and the coordinator's sum over parties stay finite.
@@ -240,10 +240,25 @@ struct Pending<'a> {
     public_answer: bool,
 }
 
-/// What a step is before its charge: answered already (a replay), or a release to charge.
+/// A step past its public checks (phase 1): everything its release needs, fixed before a
+/// row is read. It holds no lock, so a big frame's releases may be computed on several
+/// threads.
+struct Checked<'a> {
+    key: StepKey<'a>,
+    released_len: usize,
+    inputs: Vec<f64>,
+    statistic: Box<dyn Statistic + Send + Sync + 'a>,
+    calibration: Calibration,
+    /// Under secure aggregation: the run's join and this party's share of its noise.
+    secure: Option<(&'a Joined, Option<GridGaussian>)>,
+    public_answer: bool,
+}
+
+/// What a step is after its checks: answered already (a replay), or a release to compute
+/// and charge, its chain held.
 enum Prepared<'a> {
     Answered(Contribution),
-    Release(Pending<'a>, ReleaseRecord),
+    Release(Pending<'a>, Checked<'a>),
 }
 
 type Answers = Vec<Option<Result<Contribution, PartyError>>>;
@@ -285,40 +300,39 @@ impl PartyNode {
         }
         let mut order: Vec<usize> = (0..requests.len()).filter(|&i| runs[i].is_some()).collect();
         order.sort_by_key(|&i| (requests[i].0.run_id, requests[i].0.chain));
-        let mut pending: Vec<(Pending<'_>, ReleaseRecord)> = Vec::new();
+        let mut pending: Vec<(Pending<'_>, Checked<'_>)> = Vec::new();
         for i in order {
             let (key, query) = &requests[i];
             let run = runs[i].as_deref().expect("a known run");
             let again = pending
                 .iter()
-                .any(|(p, r)| std::ptr::eq(p.run, run) && r.chain == key.chain);
+                .any(|(p, c)| std::ptr::eq(p.run, run) && c.key.chain == key.chain);
             if again {
-                self.charge(std::mem::take(&mut pending), &mut answers)
+                self.release(std::mem::take(&mut pending), &mut answers)
                     .await;
             }
-            match self.prepare(i, key, *query, run).await {
+            match self.check(i, key, *query, run).await {
                 Ok(Prepared::Answered(c)) => answers[i] = Some(Ok(c)),
-                Ok(Prepared::Release(step, record)) => pending.push((step, record)),
+                Ok(Prepared::Release(step, checked)) => pending.push((step, checked)),
                 Err(e) => answers[i] = Some(Err(e)),
             }
         }
-        self.charge(pending, &mut answers).await;
+        self.release(pending, &mut answers).await;
         answers
             .into_iter()
             .map(|a| a.expect("every step is answered"))
             .collect()
     }
 
-    /// Phase 1 and 2 of the contract for the step at `index` of a frame: its public checks,
-    /// which may refuse, then its statistic and noise, which cannot.
-    async fn prepare<'a>(
-        &self,
+    /// Phase 1 of the contract for the step at `index` of a frame: its public checks, the
+    /// only place a step is refused.
+    async fn check<'a>(
+        &'a self,
         index: usize,
-        key: &StepKey<'_>,
-        query: Query<'_>,
+        key: &StepKey<'a>,
+        query: Query<'a>,
         run: &'a RunState,
     ) -> Result<Prepared<'a>, PartyError> {
-        // Phase 1: public checks, the only place a step is refused.
         let inputs = query.inputs();
         let chain = run.chains.get(key.chain as usize).ok_or_else(|| {
             PartyError::InvalidArgument(format!(
@@ -380,13 +394,58 @@ impl PartyNode {
         // A ratio of θ to itself: 0 for every dataset, answered without the rows and not
         // charged (the module's "Public answers").
         let public_answer = query.is_public();
+        Ok(Prepared::Release(
+            Pending {
+                index,
+                run,
+                chain,
+                public_answer,
+            },
+            Checked {
+                key: *key,
+                released_len: query.released_len(),
+                inputs,
+                statistic,
+                calibration,
+                secure,
+                public_answer,
+            },
+        ))
+    }
 
-        // Phase 2: the rows. Nothing below refuses on their account. One generator per
-        // release, forked from the node's CSPRNG, draws the batch (if any) and the noise.
+    /// Phase 2 for a frame's checked steps, then their charge: each release computed (on
+    /// several threads where the frame's rows are many and each step's too few to split,
+    /// `statistics/parallel.rs`), charged durably in one commit and only then answered.
+    async fn release(&self, pending: Vec<(Pending<'_>, Checked<'_>)>, answers: &mut Answers) {
+        let (steps, checked): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+        let frame_rows = checked
+            .iter()
+            .filter(|c| !c.public_answer)
+            .map(|c| c.statistic.rows_read(self.data.n()))
+            .sum();
+        let threads = parallel::frame_threads(self.data.n(), frame_rows, checked.len());
+        let records = parallel::split_map(checked, threads, |c| self.compute(c));
+        self.charge(steps.into_iter().zip(records).collect(), answers)
+            .await;
+    }
+
+    /// Phase 2 of the contract for one checked step: its statistic and noise, which cannot
+    /// refuse. One generator per release, forked from the node's CSPRNG, draws the batch (if
+    /// any) and the noise.
+    fn compute(&self, checked: Checked<'_>) -> ReleaseRecord {
+        let Checked {
+            key,
+            released_len,
+            inputs,
+            statistic,
+            calibration,
+            secure,
+            public_answer,
+        } = checked;
         let mut rng = self.noise.fork(key.chain, key.step);
         let exact = if public_answer {
             Computed {
-                value: vec![0.0; query.released_len()],
+                value: vec![0.0; released_len],
                 inherent_variance: 0.0,
             }
         } else {
@@ -439,7 +498,7 @@ impl PartyNode {
                 (Vec::new(), Some(masked), 0.0)
             }
         };
-        let record = ReleaseRecord {
+        ReleaseRecord {
             run_id: key.run_id.to_string(),
             chain: key.chain,
             step: key.step,
@@ -454,17 +513,7 @@ impl PartyNode {
             value,
             noise_variance: variance,
             masked,
-        };
-
-        Ok(Prepared::Release(
-            Pending {
-                index,
-                run,
-                chain,
-                public_answer,
-            },
-            record,
-        ))
+        }
     }
 
     /// Charges `pending` durably in one commit (a public answer: records it), then answers

@@ -258,3 +258,69 @@ async fn after_a_machine_crash_a_run_answers_nothing_more_and_keeps_its_whole_ch
     assert_eq!(closed.releases, 10);
     assert!((closed.epsilon_committed - committed).abs() <= tolerance);
 }
+
+/// A frame whose steps together read enough rows is computed on several threads, whole
+/// steps to a thread (`statistics/parallel.rs`); its answers are each step's answer alone,
+/// bit for bit: the same clipped sums and the same noise, drawn from each release's own
+/// stream (seeded noise: a stream per (chain, step)), and each charged once.
+#[tokio::test]
+async fn a_frame_on_several_threads_answers_as_its_steps_alone() {
+    use crate::statistics::parallel::{MIN_ROWS, frame_threads};
+    const CHAINS: u32 = 4;
+    let rows = MIN_ROWS / 2;
+    let spec = ModelSpec::flat_banana(2);
+    let (dir_frame, dir_alone) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (framed, model) = seeded_node(&spec, rows, 3, 9, ledger_in(dir_frame.path()));
+    let (alone, _) = seeded_node(&spec, rows, 3, 9, ledger_in(dir_alone.path()));
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(
+        frame_threads(rows, CHAINS as usize * rows, CHAINS as usize),
+        cores.min(CHAINS as usize),
+        "the frame below is split over the cores"
+    );
+    let plan = || Plan::full_penalty(CHAINS, 2, 0.5, NoiseRequest::Tau(0.02));
+    let framed_run = framed
+        .open_run(plan(), &model.fingerprint())
+        .await
+        .unwrap()
+        .run_id;
+    let alone_run = alone
+        .open_run(plan(), &model.fingerprint())
+        .await
+        .unwrap()
+        .run_id;
+    let thetas: Vec<([f64; 2], [f64; 2])> = (0..CHAINS)
+        .map(|c| {
+            let shift = 0.01 * f64::from(c + 1);
+            ([0.0, 3.0], [shift, 3.0 - shift])
+        })
+        .collect();
+    let frame = |run_id| -> Vec<(StepKey<'_>, Query<'_>)> {
+        thetas
+            .iter()
+            .zip(0..CHAINS)
+            .map(|((theta, theta_proposed), chain)| {
+                let key = StepKey {
+                    run_id,
+                    chain,
+                    step: 0,
+                };
+                let query = Query::LogLikRatio {
+                    theta,
+                    theta_proposed,
+                };
+                (key, query)
+            })
+            .collect()
+    };
+    let together = framed.steps(&frame(&framed_run)).await;
+    for ((key, query), answer) in frame(&alone_run).into_iter().zip(together) {
+        let answer = answer.unwrap();
+        assert!(answer.value[0] != 0.0 && answer.noise_variance > 0.0);
+        assert_eq!(answer, alone.step(&key, query).await.unwrap());
+    }
+    for (node, run_id) in [(&framed, &framed_run), (&alone, &alone_run)] {
+        let released = node.run(run_id).unwrap().released.load(Ordering::SeqCst);
+        assert_eq!(released, u64::from(CHAINS));
+    }
+}
