@@ -3,9 +3,7 @@
 //! at 10⁵, 10⁶ and 10⁷ rows of the flat 2-d banana (a few flops a row: memory-bound once
 //! the rows leave the cache) and of a logistic GLM with 5 coefficients (an exp and a log a
 //! row); the median of repeated timings, and the two-thread speed-up, from one run on one
-//! machine. It sets `parallel::MIN_ROWS`. The `frame` loop is a frame of 4 chains' ratios
-//! computed whole steps to a thread (`parallel::split_map`), as a party answers a frame
-//! whose steps are each too few rows to split.
+//! machine. It sets `parallel::MIN_ROWS`.
 //!
 //! `cargo bench -p fedmcmc-party --bench row_threads [-- ROWS…]`
 use std::hint::black_box;
@@ -13,7 +11,7 @@ use std::time::Instant;
 
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
-use fedmcmc_party::statistics::parallel::{split_map, split_sum};
+use fedmcmc_party::statistics::parallel::split_sum;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -61,18 +59,15 @@ fn main() {
             let theta = spec.true_theta();
             let proposed: Vec<f64> = theta.iter().map(|t| t + 0.008).collect();
             let data = model.simulate(&theta, n, &mut ChaCha8Rng::seed_from_u64(1));
-            // Each loop's rows read per call: a frame reads its rows once a step.
-            for (name, run, passes) in [
+            for (name, run) in [
                 (
                     "ratio",
                     ratio as fn(&dyn Model, &Columns, &[f64], &[f64], usize),
-                    1,
                 ),
-                ("gradient", gradient, 1),
-                ("frame", frame, FRAME),
+                ("gradient", gradient),
             ] {
                 let rate = |threads| {
-                    (passes * n) as f64
+                    n as f64
                         / median_seconds(|| run(model.as_ref(), &data, &theta, &proposed, threads))
                 };
                 let (one, two) = (rate(1), rate(2));
@@ -109,17 +104,3 @@ fn gradient(model: &dyn Model, data: &Columns, theta: &[f64], _: &[f64], threads
         },
     ));
 }
-
-/// A frame of [`FRAME`] chains' ratios (at as many proposals), whole steps to a thread, as a
-/// party answers a frame whose steps are each too few rows to split (`parallel::frame_threads`).
-fn frame(model: &dyn Model, data: &Columns, theta: &[f64], proposed: &[f64], threads: usize) {
-    let proposals: Vec<Vec<f64>> = (0..FRAME)
-        .map(|c| proposed.iter().map(|p| p + 1e-3 * c as f64).collect())
-        .collect();
-    black_box(split_map(proposals, threads, |p| {
-        model.clipped_llr_sum(black_box(data), theta, &p, 2.0).sum
-    }));
-}
-
-/// The chains in a frame of the `frame` loop.
-const FRAME: usize = 4;

@@ -60,7 +60,7 @@ use crate::error::PartyError;
 use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::node::PartyNode;
 use crate::runs::{ChainState, RunState};
-use crate::statistics::{Computed, Public, Query, Statistic, parallel};
+use crate::statistics::{Computed, Public, Query, Statistic};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
 /// 1.8e308, so the value, its noise and the coordinator's sum over parties stay finite.
@@ -241,8 +241,7 @@ struct Pending<'a> {
 }
 
 /// A step past its public checks (phase 1): everything its release needs, fixed before a
-/// row is read. It holds no lock, so a big frame's releases may be computed on several
-/// threads.
+/// row is read.
 struct Checked<'a> {
     key: StepKey<'a>,
     released_len: usize,
@@ -413,20 +412,14 @@ impl PartyNode {
         ))
     }
 
-    /// Phase 2 for a frame's checked steps, then their charge: each release computed (on
-    /// several threads where the frame's rows are many and each step's too few to split,
-    /// `statistics/parallel.rs`), charged durably in one commit and only then answered.
+    /// Phase 2 for a frame's checked steps, then their charge: each release computed,
+    /// then all charged durably in one commit, and only then answered.
     async fn release(&self, pending: Vec<(Pending<'_>, Checked<'_>)>, answers: &mut Answers) {
-        let (steps, checked): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
-        let frame_rows = checked
-            .iter()
-            .filter(|c| !c.public_answer)
-            .map(|c| c.statistic.rows_read(self.data.n()))
-            .sum();
-        let threads = parallel::frame_threads(self.data.n(), frame_rows, checked.len());
-        let records = parallel::split_map(checked, threads, |c| self.compute(c));
-        self.charge(steps.into_iter().zip(records).collect(), answers)
-            .await;
+        let released = pending
+            .into_iter()
+            .map(|(step, checked)| (step, self.compute(checked)))
+            .collect();
+        self.charge(released, answers).await;
     }
 
     /// Phase 2 of the contract for one checked step: its statistic and noise, which cannot

@@ -40,11 +40,6 @@ pub struct BarkerRatio<'a> {
 }
 
 impl BatchRatio<'_> {
-    /// The batch's b rows (all n where b ≥ n).
-    fn rows_read(&self, rows: usize) -> usize {
-        usize::try_from(self.batch).map_or(rows, |b| b.min(rows))
-    }
-
     /// λ* and σ²_b of a fresh secret batch, its terms clipped to `row`.
     fn estimate(
         &self,
@@ -93,10 +88,6 @@ impl Statistic for MinibatchRatio<'_> {
             statistic: n * row + 0.5 * a * n * row * row,
             rounding_covered: false,
         }
-    }
-
-    fn rows_read(&self, rows: usize) -> usize {
-        self.0.rows_read(rows)
     }
 
     fn compute(
@@ -156,10 +147,6 @@ impl Statistic for BarkerRatio<'_> {
     /// multiplier √(b/2).
     fn bound(&self, public: &Public<'_>) -> Bound {
         barker_bound(public.rows, self.ratio.batch, self.share)
-    }
-
-    fn rows_read(&self, rows: usize) -> usize {
-        self.ratio.rows_read(rows)
     }
 
     fn compute(

@@ -337,11 +337,6 @@ pub struct Computed {
 pub trait Statistic {
     /// The bound, from public facts only: this method is given no rows.
     fn bound(&self, public: &Public<'_>) -> Bound;
-    /// How many of a party's `rows` [`Statistic::compute`] reads (public: it sets a frame's
-    /// threads, `parallel.rs`); all of them unless the statistic says otherwise.
-    fn rows_read(&self, rows: usize) -> usize {
-        rows
-    }
     /// The clipped statistic: finite, each entry within `bound.statistic`, whatever the rows
     /// hold; a batch, if any, drawn from `rng` (the release's secret generator). It returns
     /// values, not a `Result`: nothing refuses once rows are read.

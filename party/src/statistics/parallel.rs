@@ -12,12 +12,14 @@
 //! 1.3–2.2× for the gradient. [`MIN_ROWS`] is where neither loses much and the dearer
 //! models gain.
 //!
-//! A frame of several chains' steps whose rows are each too few to split is split by whole
-//! steps instead ([`frame_threads`], [`split_map`]): each thread reads all the rows, so the
-//! threads share the cache rather than divide the memory traffic. Measured the same way (a
-//! frame of 4 ratios, one run): the banana 0.30× at 2.5·10⁴ rows a step, 0.63× at 10⁵,
-//! 1.38× at 2.5·10⁵ and 1.17× at 3.3·10⁵ (a frame of 10⁶–1.3·10⁶ rows), 2.7× at 10⁶; the
-//! logistic GLM 1.7–2.0× from 2.5·10⁴. The frame's rows against [`MIN_ROWS`] decide.
+//! Measured and not kept: a frame of several chains' steps, each too few rows to split,
+//! computed whole steps to a thread once the frame's rows reached [`MIN_ROWS`]. Alone on 2
+//! cores a frame of 4 ratios ran 1.2–1.4× at 2.5–3.3·10⁵ rows a step (the banana) and
+//! 1.7–2.0× from 2.5·10⁴ (the logistic GLM), but where a process serves several parties on
+//! few cores (`simulate`, the iterations bench at 10⁶ rows, 4 chains over gRPC on 2 cores)
+//! the extra threads contend with the other parties' frames: the median of 24 timings
+//! (4 runs, alternating) was about 2 000 it/s split against 2 600 unsplit, and the 2 runs
+//! in which a frame took only the cores no other frame was computing on did no better.
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 
@@ -32,62 +34,11 @@ pub fn threads_for(rows: usize) -> usize {
     if rows < MIN_ROWS {
         return 1;
     }
-    cores().min(rows / (MIN_ROWS / 2)).max(1)
-}
-
-/// Threads to compute a frame of `steps` releases on, whole steps to a thread, where together
-/// they read `frame_rows` of a party's `rows`: where each step's rows are too few to split
-/// ([`threads_for`] is 1) but the frame's reach [`MIN_ROWS`], the cores available, at most
-/// one a step, each given at least half of [`MIN_ROWS`]; else 1 (a big party's steps each
-/// split their own rows, and a small frame is not worth a thread's start).
-pub fn frame_threads(rows: usize, frame_rows: usize, steps: usize) -> usize {
-    if threads_for(rows) > 1 || frame_rows < MIN_ROWS {
-        return 1;
-    }
-    cores().min(steps).min(frame_rows / (MIN_ROWS / 2)).max(1)
-}
-
-/// The cores this process may use. Read once: on Linux it reads the process's cgroup
-/// files, which a step need not repeat.
-fn cores() -> usize {
+    // Read once: on Linux it reads the process's cgroup files, which a step need not repeat.
     static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
-}
-
-/// `f` of each item, in order, the items cut into `threads` near-equal runs each mapped on
-/// its own thread; with one thread, on this one.
-pub fn split_map<T: Send, U: Send>(
-    items: Vec<T>,
-    threads: usize,
-    f: impl Fn(T) -> U + Sync,
-) -> Vec<U> {
-    let count = items.len();
-    let threads = threads.min(count);
-    if threads <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let mut items = items.into_iter();
-    let runs: Vec<Vec<T>> = (0..threads)
-        .map(|t| {
-            items
-                .by_ref()
-                .take((t + 1) * count / threads - t * count / threads)
-                .collect()
-        })
-        .collect();
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut runs = runs.into_iter();
-        let first = runs.next().expect("at least two runs");
-        let running: Vec<_> = runs
-            .map(|run| scope.spawn(move || run.into_iter().map(f).collect::<Vec<U>>()))
-            .collect();
-        let mut mapped: Vec<U> = first.into_iter().map(f).collect();
-        for handle in running {
-            mapped.extend(handle.join().expect("a computing thread panicked"));
-        }
-        mapped
-    })
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
+    cores.min(rows / (MIN_ROWS / 2)).max(1)
 }
 
 /// `sum` over `threads` near-equal windows of `rows`, combined with `add` in window order;
@@ -132,27 +83,6 @@ mod tests {
             let split = split_sum(&data, threads, total, |a, b| a + b);
             assert_eq!(split, f64::from(n * (n - 1) / 2), "{threads} threads");
         }
-    }
-
-    #[test]
-    fn the_split_map_is_the_map_in_order() {
-        for count in 0..7 {
-            let items: Vec<usize> = (0..count).collect();
-            for threads in 1..=4 {
-                let mapped = split_map(items.clone(), threads, |i| 10 * i);
-                let expected: Vec<usize> = (0..count).map(|i| 10 * i).collect();
-                assert_eq!(mapped, expected, "{count} items, {threads} threads");
-            }
-        }
-    }
-
-    #[test]
-    fn a_frame_is_split_only_where_its_steps_are_not() {
-        assert_eq!(frame_threads(1000, MIN_ROWS - 1, 4), 1);
-        assert_eq!(frame_threads(MIN_ROWS, 4 * MIN_ROWS, 4), 1);
-        assert_eq!(frame_threads(MIN_ROWS / 2, MIN_ROWS, 1), 1);
-        let cores = std::thread::available_parallelism().unwrap().get();
-        assert_eq!(frame_threads(MIN_ROWS / 2, 2 * MIN_ROWS, 4), cores.min(4));
     }
 
     #[test]

@@ -22,11 +22,6 @@ impl Statistic for Sufficient<'_> {
         clipped_sum_bound(public, self.row_bound)
     }
 
-    /// None: the sums were taken when the party started.
-    fn rows_read(&self, _: usize) -> usize {
-        0
-    }
-
     fn compute(&self, _: &dyn Model, _: &Columns, _: &Bound, _: &mut ChaCha20Rng) -> Computed {
         Computed {
             value: self.sums.to_vec(),
