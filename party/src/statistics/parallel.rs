@@ -18,8 +18,9 @@
 //! 1.7–2.0× from 2.5·10⁴ (the logistic GLM), but where a process serves several parties on
 //! few cores (`simulate`, the iterations bench at 10⁶ rows, 4 chains over gRPC on 2 cores)
 //! the extra threads contend with the other parties' frames: the median of 24 timings
-//! (4 runs, alternating) was about 2 000 it/s split against 2 600 unsplit, and the 2 runs
-//! in which a frame took only the cores no other frame was computing on did no better.
+//! (4 runs each, alternating; in-memory and durable ledgers) was 2 040 it/s split against
+//! 2 670 unsplit, and 2 100 over the 2 runs in which a frame took only the cores no other
+//! frame was computing on.
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 
