@@ -250,7 +250,6 @@ struct Checked<'a> {
     calibration: Calibration,
     /// Under secure aggregation: the run's join and this party's share of its noise.
     secure: Option<(&'a Joined, Option<GridGaussian>)>,
-    public_answer: bool,
 }
 
 /// What a step is after its checks: answered already (a replay), or a release to compute
@@ -407,7 +406,6 @@ impl PartyNode {
                 statistic,
                 calibration,
                 secure,
-                public_answer,
             },
         ))
     }
@@ -417,15 +415,18 @@ impl PartyNode {
     async fn release(&self, pending: Vec<(Pending<'_>, Checked<'_>)>, answers: &mut Answers) {
         let released = pending
             .into_iter()
-            .map(|(step, checked)| (step, self.compute(checked)))
+            .map(|(step, checked)| {
+                let record = self.compute(checked, step.public_answer);
+                (step, record)
+            })
             .collect();
         self.charge(released, answers).await;
     }
 
     /// Phase 2 of the contract for one checked step: its statistic and noise, which cannot
-    /// refuse. One generator per release, forked from the node's CSPRNG, draws the batch (if
-    /// any) and the noise.
-    fn compute(&self, checked: Checked<'_>) -> ReleaseRecord {
+    /// refuse (a public answer: its zeros, without the rows). One generator per release,
+    /// forked from the node's CSPRNG, draws the batch (if any) and the noise.
+    fn compute(&self, checked: Checked<'_>, public_answer: bool) -> ReleaseRecord {
         let Checked {
             key,
             released_len,
@@ -433,7 +434,6 @@ impl PartyNode {
             statistic,
             calibration,
             secure,
-            public_answer,
         } = checked;
         let mut rng = self.noise.fork(key.chain, key.step);
         let exact = if public_answer {
