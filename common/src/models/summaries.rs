@@ -65,6 +65,11 @@ pub trait QuadraticSummaries: Summaries {
     /// the covariates tilted at the centre (`noise_aware/tilted.rs`), which reads Taylor's
     /// summary, so the final releases are made at window 0.
     fn tilted(&self) -> bool;
+    /// `Some(T)` when the summed score's mean given θ is T·Σx̃(σ(x̃ᵀθ) − σ(c)) (the logistic
+    /// family at temperature T): its noise-aware posterior then bends the quadratic's linear
+    /// mean by a public model of the covariates (`noise_aware/sigmoid.rs`), which reads
+    /// Taylor's summary, so the final releases are made at window 0.
+    fn sigmoid(&self) -> Option<f64>;
     /// Each design column's public bounds [lo, hi] (the intercept's [1, 1] first).
     fn design_box(&self) -> Vec<[f64; 2]>;
 }

@@ -11,6 +11,7 @@ pub mod hmc;
 pub mod means;
 pub mod quadratic;
 pub mod rounds;
+mod sigmoid;
 pub mod tilted;
 
 /// A log density with its gradient: all a sampler needs (as in nuts-rs's `CpuLogpFunc`).

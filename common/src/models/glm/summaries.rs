@@ -196,6 +196,10 @@ impl QuadraticSummaries for Glm {
         self.family == Family::Poisson && self.intercept
     }
 
+    fn sigmoid(&self) -> Option<f64> {
+        (self.family == Family::Logistic).then_some(self.temperature)
+    }
+
     fn design_box(&self) -> Vec<[f64; 2]> {
         let intercept = self.intercept.then_some([1.0, 1.0]);
         intercept
