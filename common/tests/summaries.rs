@@ -10,7 +10,8 @@ use support::{Config, coverage};
 #[test]
 fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() {
     let reps = 40;
-    // The logistic family's linear model and the poisson family's tilted one.
+    // The logistic family's bent model (`noise_aware/sigmoid.rs`) and the poisson family's
+    // tilted one.
     for (family, rows, prior_sd) in [
         (Family::Logistic, 3_000, 1.0),
         (Family::Poisson, 2_000, 0.5),
