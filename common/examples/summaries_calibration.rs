@@ -36,7 +36,7 @@ fn main() {
     let (dims, epsilons) = (list(4), list(5));
     let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
-        "family    d  rows    eps   aware50 aware90 plug50 plug90 exact50 exact90 intervals converged width"
+        "family    d  rows    eps   aware50 aware90 se50  se90  plug50 plug90 exact50 exact90 intervals converged width"
     );
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
         if only
@@ -69,10 +69,12 @@ fn main() {
                 };
                 let c = coverage(config, reps);
                 println!(
-                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {:.3}   {:.3}   {:.3}  {:.3}  {:.3}   {:.3}   {:<9} {}/{reps}     {:.2}",
+                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {:.3}   {:.3}   {:.3} {:.3} {:.3}  {:.3}  {:.3}   {:.3}   {:<9} {}/{reps}     {:.2}",
                     format!("{family:?}"),
                     c.aware.0,
                     c.aware.1,
+                    c.aware_se.0,
+                    c.aware_se.1,
                     c.plug_in.0,
                     c.plug_in.1,
                     c.exact.0,

@@ -30,8 +30,8 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
         let ((a50, a90), (p50, p90), (e50, e90)) = (c.aware, c.plug_in, c.exact);
         let (n, converged) = (c.intervals, c.converged);
         eprintln!(
-            "{family:?}: aware {a50:.3} {a90:.3} plug-in {p50:.3} {p90:.3} exact {e50:.3} {e90:.3} over {n}, {converged} converged, width {:.2}",
-            c.width
+            "{family:?}: aware {a50:.3} {a90:.3} (se {:.3} {:.3}) plug-in {p50:.3} {p90:.3} exact {e50:.3} {e90:.3} over {n}, {converged} converged, width {:.2}",
+            c.aware_se.0, c.aware_se.1, c.width
         );
         assert_eq!(converged, reps as usize);
         // Binomial sd of a coverage over n intervals: √(p(1−p)/n); 3 of them, and the

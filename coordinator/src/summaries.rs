@@ -238,12 +238,11 @@ pub(crate) async fn release<P: PartyHandle>(
         .map(|p| format!("at {:?} (window {})", p.centre, p.window))
         .collect();
     let line = format!(
-        "{} pilot release(s) {}; {} final release(s) at {:?} (window {:.3}) averaged and pooled with {} Taylor pilot(s), noise variance {:e} per entry",
+        "{} pilot release(s) {}; {} final release(s) at {:?} (Taylor's, window 0) averaged and pooled with {} Taylor pilot(s), noise variance {:e} per entry",
         pilots.len(),
         pilots.join(", "),
         schedule.releases() - pilots.len() as u64,
         fin.centre,
-        rounds.final_window(),
         fin.pooled,
         fin.noise_variance
     );

@@ -63,12 +63,12 @@ pub trait QuadraticSummaries: Summaries {
     /// True when the summed score's mean given θ is exponential in θ with the first
     /// coefficient an intercept (the poisson family): its noise-aware posterior then models
     /// the covariates tilted at the centre (`noise_aware/tilted.rs`), which reads Taylor's
-    /// summary, so the final releases are made at window 0.
+    /// summary (the finals' window 0), and pools no pilot.
     fn tilted(&self) -> bool;
     /// `Some(T)` when the summed score's mean given θ is T·Σx̃(σ(x̃ᵀθ) − σ(c)) (the logistic
     /// family at temperature T): its noise-aware posterior then bends the quadratic's linear
     /// mean by a public model of the covariates (`noise_aware/sigmoid.rs`), which reads
-    /// Taylor's summary, so the final releases are made at window 0.
+    /// Taylor's summary (the finals' window 0).
     fn sigmoid(&self) -> Option<f64>;
     /// Each design column's public bounds [lo, hi] (the intercept's [1, 1] first).
     fn design_box(&self) -> Vec<[f64; 2]>;

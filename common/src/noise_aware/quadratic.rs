@@ -129,20 +129,6 @@ impl Approximation {
             None => vec![0.0; self.mode.len()],
         }
     }
-
-    /// A bound on the sd of a row's linear predictor x̃ᵀθ under N(mode, H⁻¹), over the
-    /// covariates' box |x̃ₐ| ≤ mₐ: √(Σₐᵦ mₐ m_b |Cₐᵦ|).
-    pub fn predictor_sd(&self, m: &[f64]) -> f64 {
-        let Some(c) = self.covariance() else {
-            return f64::INFINITY;
-        };
-        let d = m.len();
-        (0..d)
-            .flat_map(|i| (0..d).map(move |j| (i, j)))
-            .map(|(i, j)| m[i] * m[j] * c[(i, j)].abs())
-            .sum::<f64>()
-            .sqrt()
-    }
 }
 
 /// θ given the curvature `a` under the summary's model ĝ ~ N(AΔ, C), C = A + σ²I, and the

@@ -32,27 +32,20 @@
 //!   and 0.868; exact 0.883): there the centre is not what limits coverage.
 //! - The final releases, all at that centre, are averaged: m releases at one noise
 //!   multiplier s compose exactly like one at s/√m (Gaussian privacy losses add), so the
-//!   average has the noise of one release with m of the run's shares. Their window is
-//!   [`FINAL_SPREAD`] sds of the linear predictor under the last pilot's approximation (at
-//!   most [`MAX_FINAL_WINDOW`]): where the posterior is narrow this is Taylor's expansion at
-//!   the mode, and where noise or few rows make it wide, the quadratic is fitted over the
-//!   predictors the posterior covers instead of one point's curvature. (On a logistic GLM
-//!   with θ drawn from N(0, 1), 3 000 rows and ε = 1, finals at window 0 left posterior
-//!   means pulled towards the centre and 90 % intervals covering 73 %; with the spread
-//!   window, 85 % over the same 40 repetitions.)
-//!   The poisson and logistic families' finals are Taylor's (window 0) whatever the
-//!   spread: their noise-aware posteriors follow the exponential (`tilted.rs`) and the
-//!   sigmoid (`sigmoid.rs`) themselves and read the exact local sums. (Logistic, d = 5,
-//!   20 000 rows, 800 repetitions, ε 0.5 and 1: the spread window with the linear mean
+//!   average has the noise of one release with m of the run's shares. They are Taylor's
+//!   (window 0): the noise-aware posteriors read the exact local sums and follow the
+//!   exponential (`tilted.rs`) and the sigmoid (`sigmoid.rs`) beyond the centre themselves.
+//!   (While the logistic mean was a straight line its finals were fitted over 2 sds of the
+//!   linear predictor, up to 4; at d = 5, 20 000 rows, 800 repetitions, ε 0.5 and 1 that
 //!   covered 85.9 and 88.3 %, window 0 with the sigmoid's bend 92.6 and 92.4 %, in
 //!   intervals 0.55 and 0.63 times as wide; docs/design.md §3.)
-//! - Where the finals' window is at most [`POOL_WINDOW`] their quadratic is close to
-//!   Taylor's, and the Taylor pilots' releases are pooled with them ([`Rounds::finish`]):
-//!   each moved to the finals' centre and weighted by its noise plus how far its released
-//!   curvature is from the finals'. Where noise keeps the pilots' steps long they rarely
-//!   settle (a step that is noise alone is about √d posterior sds), and at d = 6 a run
-//!   pilots seven of its eight releases, each scattered about the mode and each carrying its
-//!   own share of the information the plain average of the finals leaves out.
+//! - The Taylor pilots' releases are pooled with the finals ([`Rounds::finish`]), except
+//!   for the poisson family, whose exponential a quadratic does not move: each moved to the
+//!   finals' centre and weighted by its noise plus how far its released curvature is from
+//!   the finals'. Where noise keeps the pilots' steps long they rarely settle (a step that
+//!   is noise alone is about √d posterior sds), and at d = 6 a run pilots seven of its
+//!   eight releases, each scattered about the mode and each carrying its own share of the
+//!   information the plain average of the finals leaves out.
 //!
 //! For a model whose summary is exact (the gaussian GLM, and the mean summaries of the
 //! Gaussian-likelihood models) one release at the prior's mode is all there is. Everything
@@ -101,31 +94,9 @@ pub struct Schedule {
 pub const DEFAULT_RELEASES: u32 = 8;
 /// Pilots at least when the summary is approximate: a global one and one Newton step.
 pub const DEFAULT_MIN_PILOTS: u32 = 2;
-/// The finals' window in sds of the linear predictor under the last pilot's plug-in
-/// posterior: the quadratic is fitted over where the posterior puts the predictors, so a
-/// wide posterior (few rows, much noise) is not summarised by one point's curvature.
-pub const FINAL_SPREAD: f64 = 2.0;
-/// The widest final window. A widest window of 2 was measured and not kept (logistic GLMs,
-/// θ drawn from N(0, 1), 200 repetitions, 90 % coverage with 4 → 2, the exact posterior's
-/// on the same rows last): d = 5, 20 000 rows, ε 0.5, 1, 3: 87.6, 86.1, 90.1 → 87.5, 88.2,
-/// 90.7 (90.1); d = 3, 2 000 rows, ε 0.5, 1, 3: 92.0, 91.7, 88.2 → 87.8, 90.3, 89.2
-/// (90.3); d = 6, 100 000 rows, ε 0.5: 87.6 → 88.4 (90.0), but one of those 200 posteriors
-/// then did not converge (none with 4), and d = 3 at ε 0.5 went from over- to
-/// under-coverage. Other rows did not move; 1.5 and 3 did worse at d = 5. Re-measured once
-/// the noise-aware posterior was sampled non-centred (`quadratic.rs`; all 200 converged at
-/// every row), window 2 gave d = 3: 87.8, 90.8, 89.2, 89.5 (ε 0.5, 1, 3, 10; 4: 92.0,
-/// 91.7, 88.2, 89.5), d = 5: 87.1, 88.2, 90.9, 90.7 (4: 87.6, 86.1, 90.1, 91.0) and d = 6,
-/// ε 0.5: 88.2: a little less under-coverage in all, but the largest single move is
-/// d = 3, ε = 0.5 down by 4.2 points, so it is still not kept.
-pub const MAX_FINAL_WINDOW: f64 = 4.0;
 /// A Newton step shorter than this in the released curvature's norm, √(ΔᵀÂΔ) (about that
 /// many posterior sds), means the centre is at the mode: piloting stops.
 pub const SETTLED: f64 = 1.0;
-/// The widest finals' window at which the Taylor pilots are pooled with the finals. A
-/// wider window fits the quadratic over predictors the pilots' local curvatures do not
-/// see, a difference their released Â cannot reveal: pooling at any window took the
-/// logistic GLM's 90 % intervals to 81–85 % at d = 3 (ε 1, 3) and d = 5 (ε ≤ 1).
-pub const POOL_WINDOW: f64 = 1.0;
 /// How many of the last pilots' targets the finals' centre averages when piloting ran out of
 /// releases without settling (the first, global pilot never counts).
 pub const FINAL_CENTRE_TARGETS: usize = 3;
@@ -220,9 +191,6 @@ pub struct Rounds {
     done: u32,
     /// True until the pilots are over.
     piloting: bool,
-    /// The finals' Chebyshev window: the linear predictor's spread under the last pilot's
-    /// plug-in posterior.
-    final_window: f64,
     pilots: Vec<Pilot>,
     /// The Taylor pilots' releases (window 0), which the finals may pool.
     taylor: Vec<Release>,
@@ -237,7 +205,6 @@ impl Rounds {
             centre: model.prior_mode(),
             model,
             piloting: schedule.min_pilots > 0,
-            final_window: 0.0,
             schedule,
             done: 0,
             pilots: Vec::new(),
@@ -253,12 +220,11 @@ impl Rounds {
             return None;
         }
         let first_pilot = self.done == 0 && self.schedule.min_pilots > 0;
+        // Every release after the first pilot is Taylor's.
         let window = if first_pilot {
             self.schedule.window
-        } else if self.piloting {
-            0.0
         } else {
-            self.final_window
+            0.0
         };
         Some((&self.centre, window))
     }
@@ -291,12 +257,6 @@ impl Rounds {
             self.piloting = !(made >= self.schedule.min_pilots && (settled || left <= 1));
             if !self.piloting && !settled {
                 self.centre = self.averaged_target();
-            }
-            let q = self.quadratic();
-            if !self.piloting && !q.tilted() && q.sigmoid().is_none() {
-                self.final_window = (FINAL_SPREAD
-                    * approximation.predictor_sd(&self.reach_weights()))
-                .min(MAX_FINAL_WINDOW);
             }
         } else {
             if self.sum.is_empty() {
@@ -360,19 +320,13 @@ impl Rounds {
             .collect()
     }
 
-    /// The finals' window (0 until the pilots are over).
-    pub fn final_window(&self) -> f64 {
-        self.final_window
-    }
-
     /// The pilots made so far.
     pub fn pilots(&self) -> &[Pilot] {
         &self.pilots
     }
 
     /// The averaged final summary, once every release is recorded, pooled with the Taylor
-    /// pilots where the finals' window is at most [`POOL_WINDOW`] (never for the poisson
-    /// family, whose exponential a quadratic does not move).
+    /// pilots (never for the poisson family, whose exponential a quadratic does not move).
     pub fn finish(&self) -> Option<Final> {
         if self.next().is_some() {
             return None;
@@ -385,9 +339,7 @@ impl Rounds {
             noise_variance: self.noise_variance / (m * m),
             pooled: 0,
         };
-        let pool = !self.taylor.is_empty()
-            && self.final_window <= POOL_WINDOW
-            && !self.quadratic().tilted();
+        let pool = !self.taylor.is_empty() && !self.quadratic().tilted();
         Some(if pool {
             self.pooled(averaged)
         } else {
@@ -507,7 +459,6 @@ mod tests {
         let a = curvature();
         let (rounds, fin) = walk(|_, c| exact(&a, c));
         assert_eq!(rounds.pilots().len(), 2, "a global pilot and a settled one");
-        assert!(rounds.final_window() <= POOL_WINDOW);
         assert_eq!(fin.pooled, 1, "the windowed first pilot is never pooled");
         let releases = f64::from(DEFAULT_RELEASES) - 1.0;
         assert!((fin.noise_variance - NOISE / releases).abs() < 1e-12);

@@ -216,6 +216,10 @@ pub struct Coverage {
     pub plug_in: (f64, f64),
     /// The exact posterior on the same rows without noise (50 %, 90 %).
     pub exact: (f64, f64),
+    /// The noise-aware coverages' standard errors (50 %, 90 %), from the spread of each
+    /// repetition's share: a repetition's intervals share one release's noise and are not
+    /// independent, so the binomial sd of the intervals understates the error.
+    pub aware_se: (f64, f64),
     /// Intervals counted (coefficients × repetitions).
     pub intervals: usize,
     /// Repetitions whose chains converged.
@@ -231,12 +235,23 @@ pub fn coverage(config: Config, reps: u64) -> Coverage {
     let mut hits = [0usize; 6];
     let mut width = 0.0;
     let (mut count, mut converged) = (0, 0);
+    let mut per_rep: Vec<[f64; 2]> = Vec::new();
     for r in 0..reps {
         let out = run(Config {
             seed: config.seed + 1000 * r,
             ..config
         });
         converged += usize::from(out.converged);
+        let d = out.truth.len() as f64;
+        per_rep.push([0, 1].map(|k| {
+            let covered = |m: &Marginal, t: f64| if k == 0 { m.covers50(t) } else { m.covers90(t) };
+            out.truth
+                .iter()
+                .zip(&out.noise_aware)
+                .filter(|&(&t, m)| covered(m, t))
+                .count() as f64
+                / d
+        }));
         for (j, &t) in out.truth.iter().enumerate() {
             hits[0] += usize::from(out.noise_aware[j].covers50(t));
             hits[1] += usize::from(out.noise_aware[j].covers90(t));
@@ -250,8 +265,15 @@ pub fn coverage(config: Config, reps: u64) -> Coverage {
         }
     }
     let share = |h: usize| h as f64 / count as f64;
+    let se = |k: usize| {
+        let n = per_rep.len() as f64;
+        let mean = per_rep.iter().map(|c| c[k]).sum::<f64>() / n;
+        let var = per_rep.iter().map(|c| (c[k] - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (var / n).sqrt()
+    };
     Coverage {
         aware: (share(hits[0]), share(hits[1])),
+        aware_se: (se(0), se(1)),
         plug_in: (share(hits[2]), share(hits[3])),
         exact: (share(hits[4]), share(hits[5])),
         intervals: count,
