@@ -25,7 +25,7 @@
 //! posterior by exp β(θ, A), β = ln N(ĝ; AΔ + h, C) − ln N(ĝ; AΔ, C) = rᵀC⁻¹h − ½hᵀC⁻¹h with
 //! r = ĝ − AΔ and C = A + σ²I, and [`Bend::log_factor`] carries β's gradient through the
 //! map from (z, A) to θ.
-use nalgebra::{DMatrix, DVector};
+use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 
 /// The bend h(θ) of the score's mean under the public normal model of the covariates.
 pub struct Bend {
@@ -93,11 +93,12 @@ impl Bend {
 
     /// β at the non-centred point (z, A), with θ − θ_r = m + R⁻ᵀz for θ's conditional mean
     /// less the centre m and the lower Cholesky factor R of its precision
-    /// H = AC⁻¹A + P₀, whose mean is m = H⁻¹(AC⁻¹ĝ + p₀). `None` where C is singular.
+    /// H = AC⁻¹A + P₀, whose mean is m = H⁻¹(AC⁻¹ĝ + p₀), and `c` the Cholesky factor of
+    /// C = A + σ²I.
     pub fn log_factor(
         &self,
         a: &DMatrix<f64>,
-        noise_variance: f64,
+        c: &Cholesky<f64, Dyn>,
         g_hat: &DVector<f64>,
         (m, r): (&DVector<f64>, &DMatrix<f64>),
         z: &DVector<f64>,
@@ -106,7 +107,6 @@ impl Bend {
         let spread = r.transpose().solve_upper_triangular(z)?;
         let delta = m + &spread;
         let (h, jac_h) = self.at(&(&self.centre + &delta));
-        let c = (a + DMatrix::identity(d, d) * noise_variance).cholesky()?;
         let resid = g_hat - a * &delta;
         let e_h = c.solve(&h);
         let e_r = c.solve(&resid);
@@ -128,8 +128,10 @@ impl Bend {
                 phi[(i, j)] = 0.0;
             }
         }
-        let r_inv = r.clone().try_inverse()?;
-        let x = -(&b * m.transpose()) - r_inv.transpose() * phi * &r_inv;
+        // R⁻ᵀΦR⁻¹ by two triangular solves: Y = ΦR⁻¹ (Yᵀ = R⁻ᵀΦᵀ), then R⁻ᵀY.
+        let rt = r.transpose();
+        let y = rt.solve_upper_triangular(&phi.transpose())?.transpose();
+        let x = -(&b * m.transpose()) - rt.solve_upper_triangular(&y)?;
         let through_theta = &x * &k + &k * &x - &k * &x * &k
             + (DMatrix::identity(d, d) - &k) * &b * c.solve(g_hat).transpose();
         // ∂β/∂A at fixed θ, through r and C.
