@@ -126,18 +126,34 @@ fn laplace(model: &dyn Model, data: &Columns) -> Vec<Marginal> {
 
 fn marginals(
     target: &dyn LogDensity,
-    init: Vec<f64>,
+    inits: Vec<Vec<f64>>,
     dim: usize,
     seed: u64,
 ) -> (Vec<Marginal>, bool) {
     let sampled = sample_until_converged(
         target,
-        vec![init; 4],
+        inits,
         &[seed, seed + 1, seed + 2, seed + 3],
         Settings::default(),
         &|x| x[..dim].to_vec(),
     )
     .unwrap();
+    if !sampled.converged {
+        let means: Vec<Vec<f64>> = sampled
+            .chains
+            .iter()
+            .map(|c| {
+                let kept = &c.states[sampled.warmup..];
+                (0..dim)
+                    .map(|j| kept.iter().map(|x| x[j]).sum::<f64>() / kept.len() as f64)
+                    .collect()
+            })
+            .collect();
+        eprintln!(
+            "seed {seed}: not converged (R̂ {:.3}, ESS {:.0}); the chains' means {means:.2?}",
+            sampled.rhat, sampled.ess
+        );
+    }
     let draws: Vec<&Vec<f64>> = sampled
         .chains
         .iter()
@@ -186,19 +202,26 @@ pub fn run(config: Config) -> Outcome {
     }
     let release = rounds.finish().unwrap().quadratic();
     let aware = noise_aware(&model, release.clone(), config.rows as u64);
-    let (noise_aware, converged) = marginals(
-        aware.target.as_ref(),
-        aware.initial,
-        config.dim,
-        config.seed,
-    );
+    // The chains start as the product's do (`coordinator/src/summaries.rs`): θ spread about
+    // the approximation's mode by twice its sds, so that R̂ sees a posterior's other modes.
+    let approximation = Approximation::of(model.as_ref(), &release);
+    let sds = approximation.sds();
+    let inits = (0..4)
+        .map(|_| {
+            let offset: Vec<f64> = sds
+                .iter()
+                .map(|sd| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    2.0 * sd * z
+                })
+                .collect();
+            aware.start(&offset)
+        })
+        .collect();
+    let (noise_aware, converged) = marginals(aware.target.as_ref(), inits, config.dim, config.seed);
     let plug = PlugInPosterior::new(Arc::clone(&model), &release);
-    let (plug_in, plug_converged) = marginals(
-        &plug,
-        Approximation::of(model.as_ref(), &release).mode,
-        config.dim,
-        config.seed,
-    );
+    let (plug_in, plug_converged) =
+        marginals(&plug, vec![approximation.mode; 4], config.dim, config.seed);
     Outcome {
         exact: laplace(model.as_ref(), &data),
         truth,
