@@ -173,11 +173,20 @@ pub async fn run<P: PartyHandle>(
     comments.push((
         "convergence".to_string(),
         format!(
-            "{} draws per chain after {} of warm-up: worst R̂ {:.4}, least bulk/tail ESS {:.0}{}",
+            "{} draws per chain after {} of warm-up: worst R̂ {:.4}, least bulk/tail ESS {:.0}{}{}",
             iterations - sampled.warmup as u64,
             sampled.warmup,
             sampled.rhat,
             sampled.ess,
+            match sampled.divergences() {
+                (0, _) => String::new(),
+                (d, n) => format!(
+                    "; {d} of {n} trajectories diverged ({:.1} %: a posterior whose curvature \
+                     changes faster than one step size follows, as where a budget hardly \
+                     measures the curvature)",
+                    100.0 * d as f64 / n as f64
+                ),
+            },
             if sampled.converged {
                 ""
             } else {

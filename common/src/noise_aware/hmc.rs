@@ -51,6 +51,10 @@ impl Default for Settings {
 pub struct Transition {
     pub accept_stat: f64,
     pub accepted: bool,
+    /// The trajectory left the support or its energy error passed [`DIVERGENCE`]: a
+    /// region whose curvature the step size cannot follow, which the chain then fails to
+    /// explore (Betancourt 2017, Sec. 6.2).
+    pub divergent: bool,
     pub step_size: f64,
 }
 
@@ -167,19 +171,21 @@ impl Chain {
         let p = self.momentum();
         let jitter = 0.5 + self.rng.random::<f64>();
         let steps = ((PATH_LENGTH * jitter / self.step_size).ceil() as usize).clamp(1, MAX_STEPS);
-        let (accept_stat, accepted) = match self.leapfrog(target, &p, self.step_size, steps) {
-            Some((a, x, logp, grad)) => {
-                let accepted = self.rng.random::<f64>() < a;
-                if accepted {
-                    (self.x, self.logp, self.grad) = (x, logp, grad);
+        let (accept_stat, accepted, divergent) =
+            match self.leapfrog(target, &p, self.step_size, steps) {
+                Some((a, x, logp, grad)) => {
+                    let accepted = self.rng.random::<f64>() < a;
+                    if accepted {
+                        (self.x, self.logp, self.grad) = (x, logp, grad);
+                    }
+                    (a, accepted, false)
                 }
-                (a, accepted)
-            }
-            None => (0.0, false),
-        };
+                None => (0.0, false, true),
+            };
         Transition {
             accept_stat,
             accepted,
+            divergent,
             step_size: self.step_size,
         }
     }
@@ -245,6 +251,19 @@ pub struct Sampled {
     pub rhat: f64,
     pub ess: f64,
     pub converged: bool,
+}
+
+impl Sampled {
+    /// How many of the kept draws' transitions diverged, and how many there are.
+    pub fn divergences(&self) -> (usize, usize) {
+        self.chains.iter().fold((0, 0), |(d, n), c| {
+            let kept = &c.transitions[self.warmup..];
+            (
+                d + kept.iter().filter(|t| t.divergent).count(),
+                n + kept.len(),
+            )
+        })
+    }
 }
 
 /// Runs one chain per initial point (as [`LogDensity::reported`]; chain c seeded with
@@ -375,6 +394,11 @@ mod tests {
         )
         .unwrap();
         assert!(sampled.converged, "R̂ {} ESS {}", sampled.rhat, sampled.ess);
+        assert_eq!(
+            sampled.divergences().0,
+            0,
+            "a normal has no divergent region"
+        );
         let kept: Vec<&Vec<f64>> = sampled
             .chains
             .iter()
@@ -392,5 +416,49 @@ mod tests {
                 v.sqrt()
             );
         }
+    }
+
+    /// Neal's funnel in its centred form: v ~ N(0, 3²), x ~ N(0, eᵛ). The neck's curvature
+    /// grows as e^−v, which no one step size follows.
+    struct Funnel;
+
+    impl LogDensity for Funnel {
+        fn dim(&self) -> usize {
+            2
+        }
+        fn log_density(&self, x: &[f64], grad: &mut [f64]) -> f64 {
+            let (v, y) = (x[0], x[1]);
+            let precision = (-v).exp();
+            grad[0] = -v / 9.0 - 0.5 + 0.5 * y * y * precision;
+            grad[1] = -y * precision;
+            -v * v / 18.0 - 0.5 * v - 0.5 * y * y * precision
+        }
+    }
+
+    #[test]
+    fn trajectories_into_a_funnels_neck_are_counted_as_divergent() {
+        let settings = Settings {
+            draws: 1000,
+            max_draws: 1000,
+            ..Settings::default()
+        };
+        let sampled = sample_until_converged(
+            &Funnel,
+            vec![vec![0.0, 0.0]; 4],
+            &[1, 2, 3, 4],
+            settings,
+            &|x| x.to_vec(),
+        )
+        .unwrap();
+        let (divergent, kept) = sampled.divergences();
+        assert_eq!(kept, 4000);
+        assert!(divergent > 0, "no divergence in the funnel");
+        let rejected = sampled
+            .chains
+            .iter()
+            .flat_map(|c| &c.transitions[sampled.warmup..])
+            .filter(|t| t.divergent)
+            .all(|t| !t.accepted && t.accept_stat == 0.0);
+        assert!(rejected, "a divergent trajectory is never accepted");
     }
 }

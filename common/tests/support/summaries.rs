@@ -150,8 +150,10 @@ fn marginals(
             })
             .collect();
         eprintln!(
-            "seed {seed}: not converged (R̂ {:.3}, ESS {:.0}); the chains' means {means:.2?}",
-            sampled.rhat, sampled.ess
+            "seed {seed}: not converged (R̂ {:.3}, ESS {:.0}, {:?} divergent); the chains' means {means:.2?}",
+            sampled.rhat,
+            sampled.ess,
+            sampled.divergences()
         );
     }
     let draws: Vec<&Vec<f64>> = sampled
