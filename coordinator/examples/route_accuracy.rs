@@ -7,7 +7,10 @@
 //! at the pooled rows' exact mode (Newton on the exact gradient and Hessian): at these row
 //! counts within a few hundredths of a posterior sd of the exact one.
 //!
-//! cargo run --release -p fedmcmc-coordinator --example route_accuracy -- [reps] [family]
+//! cargo run --release -p fedmcmc-coordinator --example route_accuracy -- [reps] [family] [dims]
+//!
+//! `dims` selects rows by a comma-separated list (e.g. `3,5`); each d has its own rows
+//! (3: 2 000, 5: 20 000, 6: 100 000).
 use std::sync::Arc;
 
 use fedmcmc_common::models::summaries::split_summary;
@@ -84,7 +87,12 @@ async fn main() {
     println!(
         "family    d  rows    eps   summaries(median sd err)  penalty(median sd err)  penalty iterations"
     );
-    let only = std::env::args().nth(2);
+    let only = std::env::args().nth(2).filter(|f| f != "all");
+    let dims: Option<Vec<usize>> = std::env::args().nth(3).map(|a| {
+        a.split(',')
+            .map(|v| v.parse().expect("a dimension"))
+            .collect()
+    });
     for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
         if only
             .as_ref()
@@ -93,6 +101,9 @@ async fn main() {
             continue;
         }
         for (dim, rows) in [(3, 2_000), (5, 20_000), (6, 100_000)] {
+            if dims.as_ref().is_some_and(|d| !d.contains(&dim)) {
+                continue;
+            }
             for epsilon in [0.5, 1.0, 3.0, 10.0] {
                 let (mut summ, mut pen, mut iters) = (Vec::new(), Vec::new(), Vec::new());
                 let mut converged = 0;
