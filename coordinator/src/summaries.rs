@@ -8,15 +8,14 @@ use std::sync::Arc;
 
 use fedmcmc_common::models::Model;
 use fedmcmc_common::models::summaries::quadratic;
-use fedmcmc_common::noise_aware::LogDensity;
 use fedmcmc_common::noise_aware::hmc::{self, Sampled, Settings};
 use fedmcmc_common::noise_aware::means::MeanPosterior;
 use fedmcmc_common::noise_aware::quadratic::{Approximation, noise_aware};
 use fedmcmc_common::noise_aware::rounds::{Final, Rounds, Schedule};
+use fedmcmc_common::noise_aware::{LogDensity, spread};
 use fedmcmc_common::proposal::ProposalKind;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, StandardNormal};
 
 use crate::federation::{Federation, NoiseChoice, PartyHandle, PartyInfo, Query, RunPlan};
 use crate::interrupt::Stop;
@@ -307,15 +306,6 @@ impl Start {
     fn of(model: &Arc<dyn Model>, fin: &Final, rows: u64, settings: &JobSettings) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
         rng.set_stream(INIT_STREAM);
-        // A chain's move from the approximation's point: twice its sds times a normal draw.
-        let mut offset = |sds: &[f64]| -> Vec<f64> {
-            sds.iter()
-                .map(|sd| {
-                    let z: f64 = StandardNormal.sample(&mut rng);
-                    2.0 * sd * z
-                })
-                .collect()
-        };
         let d = model.dim();
         match quadratic(model.as_ref()) {
             Some(_) => {
@@ -324,7 +314,7 @@ impl Start {
                 let aware = noise_aware(model, release, rows);
                 // θ spread about the approximation's mode, A's coordinates where Â is.
                 let inits = (0..settings.chains)
-                    .map(|_| aware.start(&offset(&sds)))
+                    .map(|_| aware.start(&spread(&sds, &mut rng)))
                     .collect();
                 Start {
                     label: format!(
@@ -341,7 +331,7 @@ impl Start {
                 let (u, sds) = posterior.u_estimate();
                 let inits = (0..settings.chains)
                     .map(|_| {
-                        let moved = u.iter().zip(offset(&sds)).map(|(c, o)| c + o);
+                        let moved = u.iter().zip(spread(&sds, &mut rng)).map(|(c, o)| c + o);
                         posterior.theta_of(moved.collect())
                     })
                     .collect();

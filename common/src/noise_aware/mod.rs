@@ -6,6 +6,8 @@
 //! the noise (Bernstein & Sheldon 2018; Kulkarni et al. 2021): `quadratic` holds it for the
 //! GLMs' quadratic summaries, `means` for the Gaussian-likelihood models' exact sums, `hmc`
 //! samples either with exact gradients, at no further privacy cost.
+use rand_distr::Distribution;
+
 mod factor;
 pub mod hmc;
 pub mod means;
@@ -29,6 +31,18 @@ pub trait LogDensity: Sync {
     fn sampler_point(&self, point: &[f64]) -> Vec<f64> {
         point.to_vec()
     }
+}
+
+/// A chain's move from an approximation's point: twice its sds times a standard normal draw
+/// each, so that chains started this way spread wider than the posterior and R̂ can see a
+/// region the approximation misses.
+pub fn spread<R: rand::Rng + ?Sized>(sds: &[f64], rng: &mut R) -> Vec<f64> {
+    sds.iter()
+        .map(|sd| {
+            let z: f64 = rand_distr::StandardNormal.sample(rng);
+            2.0 * sd * z
+        })
+        .collect()
 }
 
 #[cfg(test)]

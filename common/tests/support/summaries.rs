@@ -8,10 +8,10 @@ use fedmcmc_common::accountant::max_mu;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::diagnostics::quantile;
 use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
-use fedmcmc_common::noise_aware::LogDensity;
 use fedmcmc_common::noise_aware::hmc::{Settings, sample_until_converged};
 use fedmcmc_common::noise_aware::quadratic::{Approximation, PlugInPosterior, noise_aware};
 use fedmcmc_common::noise_aware::rounds::{Rounds, Schedule};
+use fedmcmc_common::noise_aware::{LogDensity, spread};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -209,16 +209,7 @@ pub fn run(config: Config) -> Outcome {
     let approximation = Approximation::of(model.as_ref(), &release);
     let sds = approximation.sds();
     let inits = (0..4)
-        .map(|_| {
-            let offset: Vec<f64> = sds
-                .iter()
-                .map(|sd| {
-                    let z: f64 = StandardNormal.sample(&mut rng);
-                    2.0 * sd * z
-                })
-                .collect();
-            aware.start(&offset)
-        })
+        .map(|_| aware.start(&spread(&sds, &mut rng)))
         .collect();
     let (noise_aware, converged) = marginals(aware.target.as_ref(), inits, config.dim, config.seed);
     let plug = PlugInPosterior::new(Arc::clone(&model), &release);
