@@ -529,7 +529,7 @@ mod tests {
     }
 
     /// The joint density on (θ, L) as the module's comment writes it, up to a constant.
-    /// With a bend, the score's mean is AΔ + h(θ).
+    /// With a bend, the score's mean is AΔ + h(θ, A).
     fn centred(model: &dyn Model, release: &Release, bend: Option<&Bend>, point: &[f64]) -> f64 {
         let d = release.dim();
         let (theta, coords) = point.split_at(d);
@@ -538,7 +538,7 @@ mod tests {
         let delta = DVector::from_fn(d, |i, _| theta[i] - release.centre[i]);
         let mut r = DVector::from_column_slice(&release.g) - &a * &delta;
         if let Some(bend) = bend {
-            r -= bend.at(&DVector::from_column_slice(theta)).0;
+            r -= bend.at(&a, &DVector::from_column_slice(theta)).0;
         }
         let chol = (&a + DMatrix::identity(d, d) * release.noise_variance)
             .cholesky()
