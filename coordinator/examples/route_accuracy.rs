@@ -5,7 +5,9 @@
 //! simulated GLMs split among three in-process parties (the release path, ledgers and
 //! accountants of served parties). The non-private posterior is the Laplace approximation
 //! at the pooled rows' exact mode (Newton on the exact gradient and Hessian): at these row
-//! counts within a few hundredths of a posterior sd of the exact one.
+//! counts within a few hundredths of a posterior sd of the exact one. Beside the summaries
+//! route's error it prints its posterior's own sd in the same units: where noise leaves that
+//! posterior many exact sds wide, an error of as many sds is what it says it may be.
 //!
 //! cargo run --release -p fedmcmc-coordinator --example route_accuracy -- [reps] [family] [dims]
 //!
@@ -58,13 +60,25 @@ fn laplace(model: &dyn Model, data: &fedmcmc_common::data::Columns) -> (Vec<f64>
     (centre, (0..d).map(|i| cov[(i, i)].sqrt()).collect())
 }
 
-fn means(result: &JobResult, d: usize) -> Vec<f64> {
+/// Each coefficient's posterior mean and sd over every chain's kept draws.
+fn moments(result: &JobResult, d: usize) -> (Vec<f64>, Vec<f64>) {
     (0..d)
         .map(|j| {
             let x: Vec<f64> = result.traces.iter().flat_map(|t| t.parameter(j)).collect();
-            x.iter().sum::<f64>() / x.len().max(1) as f64
+            let n = x.len().max(1) as f64;
+            let mean = x.iter().sum::<f64>() / n;
+            let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+            (mean, var.sqrt())
         })
-        .collect()
+        .unzip()
+}
+
+/// The median over coefficients of a posterior's sd / the exact sd: how many of the exact
+/// posterior's sds one of its sds spans, the scale its error should be read against.
+fn spread(sds: &[f64], exact: &(Vec<f64>, Vec<f64>)) -> f64 {
+    let mut r: Vec<f64> = sds.iter().zip(&exact.1).map(|(s, e)| s / e).collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len() / 2]
 }
 
 /// The median over coefficients of |mean − exact mean| / exact sd.
@@ -85,7 +99,7 @@ async fn main() {
         .nth(1)
         .map_or(3, |a| a.parse().expect("reps"));
     println!(
-        "family    d  rows    eps   summaries(median sd err)  penalty(median sd err)  penalty iterations"
+        "family    d  rows    eps   summaries(median sd err)  its sd  converged  penalty(median sd err)  penalty iterations"
     );
     let only = std::env::args().nth(2).filter(|f| f != "all");
     let dims: Option<Vec<usize>> = std::env::args().nth(3).map(|a| {
@@ -105,7 +119,8 @@ async fn main() {
                 continue;
             }
             for epsilon in [0.5, 1.0, 3.0, 10.0] {
-                let (mut summ, mut pen, mut iters) = (Vec::new(), Vec::new(), Vec::new());
+                let (mut summ, mut wide, mut pen, mut iters) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
                 let mut converged = 0;
                 for r in 0..reps {
                     let spec = ModelSpec::Glm(GlmSpec::example(family, dim));
@@ -165,11 +180,13 @@ async fn main() {
                                 converged += usize::from(r.comments.iter().any(|(k, v)| {
                                     k == "convergence" && !v.contains("NOT converged")
                                 }));
-                                summ.push(error(&means(&r, dim), &exact))
+                                let (mean, sds) = moments(&r, dim);
+                                summ.push(error(&mean, &exact));
+                                wide.push(spread(&sds, &exact));
                             }
                             (_, Ok(r)) => {
                                 iters.push(r.sampler.iterations);
-                                pen.push(error(&means(&r, dim), &exact));
+                                pen.push(error(&moments(&r, dim).0, &exact));
                             }
                             (v, Err(e)) => {
                                 eprintln!("{family:?} {dim} {rows} ε={epsilon} {}: {e}", v.name());
@@ -178,6 +195,7 @@ async fn main() {
                                     pen.push(f64::INFINITY);
                                 } else {
                                     summ.push(f64::INFINITY);
+                                    wide.push(f64::INFINITY);
                                 }
                             }
                         }
@@ -189,9 +207,10 @@ async fn main() {
                 };
                 iters.sort();
                 println!(
-                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {:<25.2} {converged}/{reps}        {:<23.2} {:?}",
+                    "{:<9} {dim}  {rows:<7} {epsilon:<5} {:<25.2} {:<7.2} {converged}/{reps}        {:<23.2} {:?}",
                     format!("{family:?}"),
                     median(&mut summ),
+                    median(&mut wide),
                     median(&mut pen),
                     iters
                 );
