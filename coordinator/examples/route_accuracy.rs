@@ -75,7 +75,7 @@ fn moments(result: &JobResult, d: usize) -> (Vec<f64>, Vec<f64>) {
 
 /// The median over coefficients of a posterior's sd / the exact sd: how many of the exact
 /// posterior's sds one of its sds spans, the scale its error should be read against.
-fn spread(sds: &[f64], exact: &(Vec<f64>, Vec<f64>)) -> f64 {
+fn sd_ratio(sds: &[f64], exact: &(Vec<f64>, Vec<f64>)) -> f64 {
     let mut r: Vec<f64> = sds.iter().zip(&exact.1).map(|(s, e)| s / e).collect();
     r.sort_by(f64::total_cmp);
     r[r.len() / 2]
@@ -182,7 +182,7 @@ async fn main() {
                                 }));
                                 let (mean, sds) = moments(&r, dim);
                                 summ.push(error(&mean, &exact));
-                                wide.push(spread(&sds, &exact));
+                                wide.push(sd_ratio(&sds, &exact));
                             }
                             (_, Ok(r)) => {
                                 iters.push(r.sampler.iterations);
