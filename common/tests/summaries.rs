@@ -78,7 +78,7 @@ fn mean_summaries_cover_at_their_nominal_rates() {
             panic!("mean summaries")
         };
         // One release per party at ε = 1 (δ = 10⁻⁵): noise sd μ⁻¹·2R.
-        let sd = 2.0 * summaries.row_bound(&[0.0; 2], 0.0) / max_mu(epsilon, 1e-5).unwrap();
+        let sd = 2.0 * summaries.row_bound(&[0.0; 2], 0.0, 1.0) / max_mu(epsilon, 1e-5).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(21);
         let (mut cover50, mut cover90, mut n) = (0, 0, 0);
         for r in 0..reps {
@@ -90,7 +90,7 @@ fn mean_summaries_cover_at_their_nominal_rates() {
             for part in data.split(3) {
                 for (v, s) in value
                     .iter_mut()
-                    .zip(summaries.summary(&part, &[0.0; 2], 0.0))
+                    .zip(summaries.summary(&part, &[0.0; 2], 0.0, 1.0))
                 {
                     let z: f64 = StandardNormal.sample(&mut rng);
                     *v += s + sd * z;

@@ -37,12 +37,13 @@ fn laplace(model: &dyn Model, data: &fedmcmc_common::data::Columns) -> (Vec<f64>
     let mut centre = model.prior_mode();
     let mut a = Vec::new();
     for _ in 0..50 {
-        let (g, aa) = split_summary(d, &s.summary(data, &centre, 0.0));
+        let (g, aa) = split_summary(d, &s.summary(data, &centre, 0.0, 1.0));
         let release = Release {
             centre: centre.clone(),
             g,
             a: aa.clone(),
             noise_variance: 0.0,
+            curvature_noise_variance: 0.0,
         };
         centre = Approximation::of(model, &release).mode;
         a = aa;

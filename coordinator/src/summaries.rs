@@ -220,7 +220,7 @@ pub(crate) async fn release<P: PartyHandle>(
     let entries = model.summaries().expect("a model with summaries").entries();
     let mut rounds = Rounds::new(Arc::clone(model), schedule);
     let mut link = ChainLink::new(federation, 0);
-    while let Some((centre, window)) = rounds.next() {
+    while let Some((centre, window, curvature_weight)) = rounds.next() {
         if stop.is_requested() {
             anyhow::bail!(
                 "stopped after {} of the summaries route's {} releases; the run is closed and charged what it released",
@@ -233,6 +233,7 @@ pub(crate) async fn release<P: PartyHandle>(
             .ask(Query::Summary {
                 centre: &centre,
                 window,
+                curvature_weight,
                 entries,
             })
             .await

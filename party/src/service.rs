@@ -186,6 +186,7 @@ fn parse_step<'a>(
         Some(pb::step_request::Query::Summary(q)) => Query::Summary {
             centre: &q.centre,
             window: q.window,
+            curvature_weight: q.curvature_weight,
             entries: node.summary_entries(),
         },
         None => {

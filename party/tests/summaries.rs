@@ -28,19 +28,25 @@ fn budget() -> BudgetConfig {
 }
 
 fn summary(run: usize, step: StepAt, centre: &[f64], window: f64) -> Call {
+    weighted(run, step, centre, window, 1.0)
+}
+
+/// A summary query whose curvature block is weighted by `weight`.
+fn weighted(run: usize, step: StepAt, centre: &[f64], window: f64, weight: f64) -> Call {
     Call::Step {
         kind: QueryKind::Summary,
         run: RunRef::Slot(run),
         chain: 0,
         step,
         theta: centre.to_vec(),
-        theta_proposed: vec![window],
+        theta_proposed: vec![window, weight],
     }
 }
 
 /// Run slots: 0 a four-step summaries run, 1 a full-data penalty run. Then its steps (a
-/// Chebyshev window, Taylor's, a far centre), a replay, a replay with another window, steps
-/// out of order and of an unknown run, malformed centres and windows, the wrong query for
+/// Chebyshev window, Taylor's, a far centre with its curvature weighted), a replay, a
+/// replay with another window and with another weight, steps out of order and of an
+/// unknown run, malformed centres, windows and curvature weights, the wrong query for
 /// each run, the exhausted run, plans the variant refuses, a plan beyond the budget, and a
 /// step after closing.
 fn battery() -> Vec<Call> {
@@ -71,11 +77,16 @@ fn battery() -> Vec<Call> {
         summary(0, StepAt::Next, &centre, f64::NAN),
         summary(0, StepAt::Next, &centre, -1.0),
         summary(0, StepAt::Next, &centre, 1e9),
+        weighted(0, StepAt::Last, &[0.0, 0.0, 0.0], 2.0, 2.0),
+        weighted(0, StepAt::Next, &centre, 0.0, f64::NAN),
+        weighted(0, StepAt::Next, &centre, 0.0, 0.0),
+        weighted(0, StepAt::Next, &centre, 0.0, 0.5),
+        weighted(0, StepAt::Next, &centre, 0.0, 2e3),
         step_as(QueryKind::Full, 0, 0, &th, &prop),
         summary(1, StepAt::Next, &centre, 0.0),
         step_as(QueryKind::Full, 1, 0, &th, &prop),
         summary(0, StepAt::Next, &centre, 0.0),
-        summary(0, StepAt::Next, &[3.0, -4.0, 2.0], 0.0),
+        weighted(0, StepAt::Next, &[3.0, -4.0, 2.0], 0.0, 3.0),
         summary(0, StepAt::Next, &centre, 0.0),
         summary(0, StepAt::Next, &centre, 0.0),
         Call::Open(clipped),
@@ -112,7 +123,7 @@ async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() 
         let tallies = decided_alike_for(&spec, &substitutes, ROWS, &battery(), budget()).await;
         let decisions = &tallies[0].decisions;
         type Check<'a> = (usize, &'a dyn Fn(&Decision) -> bool);
-        let expect: [Check; 20] = [
+        let expect: [Check; 25] = [
             (2, &fresh),
             (3, &replayed),
             (4, &refused(Code::FailedPrecondition, "")),
@@ -123,28 +134,45 @@ async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() 
             (9, &refused(Code::InvalidArgument, "window is NaN")),
             (10, &refused(Code::InvalidArgument, "window is -1")),
             (11, &refused(Code::InvalidArgument, "window is 1000000000")),
+            (12, &refused(Code::FailedPrecondition, "")),
             (
-                12,
+                13,
+                &refused(Code::InvalidArgument, "curvature weight is NaN"),
+            ),
+            (
+                14,
+                &refused(Code::InvalidArgument, "curvature weight is 0;"),
+            ),
+            (
+                15,
+                &refused(Code::InvalidArgument, "curvature weight is 0.5"),
+            ),
+            (
+                16,
+                &refused(Code::InvalidArgument, "curvature weight is 2000"),
+            ),
+            (
+                17,
                 &refused(
                     Code::FailedPrecondition,
                     "asks for a summary query, not log_lik_ratio",
                 ),
             ),
             (
-                13,
+                18,
                 &refused(
                     Code::FailedPrecondition,
                     "asks for a log_lik_ratio query, not summary",
                 ),
             ),
-            (15, &|d| matches!(d, Decision::Released { .. })),
-            (16, &|d| matches!(d, Decision::Released { .. })),
-            (18, &refused(Code::ResourceExhausted, "has used them all")),
-            (19, &refused(Code::InvalidArgument, "leave clip unset")),
-            (20, &refused(Code::InvalidArgument, "one chain")),
-            (21, &refused(Code::ResourceExhausted, "budget")),
-            (22, &|d| matches!(d, Decision::Closed { releases: 4 })),
-            (23, &refused(Code::FailedPrecondition, "closed")),
+            (20, &|d| matches!(d, Decision::Released { .. })),
+            (21, &|d| matches!(d, Decision::Released { .. })),
+            (23, &refused(Code::ResourceExhausted, "has used them all")),
+            (24, &refused(Code::InvalidArgument, "leave clip unset")),
+            (25, &refused(Code::InvalidArgument, "one chain")),
+            (26, &refused(Code::ResourceExhausted, "budget")),
+            (27, &|d| matches!(d, Decision::Closed { releases: 4 })),
+            (28, &refused(Code::FailedPrecondition, "closed")),
         ];
         for (i, check) in expect {
             assert!(
@@ -153,20 +181,20 @@ async fn summary_refusals_are_public_decisions_for_every_model_with_summaries() 
                 decisions[i]
             );
         }
-        // Each release states the noise of the public bound at its centre and window:
-        // σ = τ·√n·(2R(centre, window) + √d·γ), d entries rounded to the public grid γ of
-        // τ·√n·2R, whatever the rows hold.
+        // Each release states the noise of the public bound at its centre, window and
+        // curvature weight: σ = τ·√n·(2R(centre, window, κ) + √d·γ), d entries rounded to
+        // the public grid γ of τ·√n·2R, whatever the rows hold.
         let summaries = model.summaries().unwrap();
         let multiplier = 0.5 * (ROWS as f64).sqrt();
-        for (i, centre, window) in [
-            (2, [0.0, 0.0, 0.0], 2.0),
-            (15, [0.5, 1.0, -0.5], 0.0),
-            (16, [3.0, -4.0, 2.0], 0.0),
+        for (i, centre, window, weight) in [
+            (2, [0.0, 0.0, 0.0], 2.0, 1.0),
+            (20, [0.5, 1.0, -0.5], 0.0, 1.0),
+            (21, [3.0, -4.0, 2.0], 0.0, 3.0),
         ] {
             let Decision::Released { noise_variance, .. } = decisions[i] else {
                 panic!("{family} call {i}: {:?}", decisions[i])
             };
-            let delta = 2.0 * summaries.row_bound(&centre, window);
+            let delta = 2.0 * summaries.row_bound(&centre, window, weight);
             let grid = fedmcmc_common::mechanism::grid_step(multiplier * delta).unwrap();
             let d = summaries.entries() as f64;
             let sigma = multiplier * (delta + d.sqrt() * grid);

@@ -24,16 +24,30 @@ use nalgebra::DMatrix;
 use super::ModelError;
 use crate::data::{ColumnSpec, Columns};
 
+/// The largest curvature weight a summary query may carry (`Summaries::summary`): far
+/// beyond the route's own choices (`noise_aware::rounds::curvature_weight`), and small
+/// enough that the weighted bound stays far from overflow.
+pub const MAX_CURVATURE_WEIGHT: f64 = 1e3;
+
 /// What a party releases on the summaries route, whatever its reading.
 pub trait Summaries: Send + Sync {
     /// Entries of the released vector.
     fn entries(&self) -> usize;
     /// The summed summary over the rows of `data`, about `centre` with `window` (≥ 0), each
-    /// row's part within [`Summaries::row_bound`] whatever the row holds.
-    fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64>;
+    /// row's part within [`Summaries::row_bound`] whatever the row holds. A quadratic
+    /// summary's curvature block is multiplied by `curvature_weight` (κ ≥ 1, public), so
+    /// that one release can measure A more finely than g; mean summaries have no curvature
+    /// and ignore it.
+    fn summary(
+        &self,
+        data: &Columns,
+        centre: &[f64],
+        window: f64,
+        curvature_weight: f64,
+    ) -> Vec<f64>;
     /// A public bound on the norm of one row's part of the summary about `centre` with
-    /// `window`, from the column bounds and hyperparameters alone.
-    fn row_bound(&self, centre: &[f64], window: f64) -> f64;
+    /// `window` and `curvature_weight`, from the column bounds and hyperparameters alone.
+    fn row_bound(&self, centre: &[f64], window: f64, curvature_weight: f64) -> f64;
     /// How the coordinator reads the release.
     fn reading(&self) -> Reading<'_>;
 }
@@ -70,6 +84,9 @@ pub trait QuadraticSummaries: Summaries {
     /// mean by a public model of the covariates (`noise_aware/sigmoid.rs`), which reads
     /// Taylor's summary (the finals' window 0).
     fn sigmoid(&self) -> Option<f64>;
+    /// Public bounds on the norms of one row's score βx̃ and of its curvature's upper
+    /// triangle γx̃x̃ᵀ about `centre` with `window`: the row bound is their weighted norm.
+    fn block_bounds(&self, centre: &[f64], window: f64) -> (f64, f64);
     /// Each design column's public bounds [lo, hi] (the intercept's [1, 1] first).
     fn design_box(&self) -> Vec<[f64; 2]>;
 }
@@ -104,14 +121,14 @@ macro_rules! boxed_sum_summaries {
         }
 
         /// The same at any centre and window: the sum is exact.
-        fn summary(&self, data: &Columns, _centre: &[f64], _window: f64) -> Vec<f64> {
+        fn summary(&self, data: &Columns, _centre: &[f64], _window: f64, _weight: f64) -> Vec<f64> {
             self.row_box
                 .as_ref()
                 .expect("summaries need the box")
                 .sum(data, self.temperature)
         }
 
-        fn row_bound(&self, _centre: &[f64], _window: f64) -> f64 {
+        fn row_bound(&self, _centre: &[f64], _window: f64, _weight: f64) -> f64 {
             self.row_box
                 .as_ref()
                 .expect("summaries need the box")

@@ -137,7 +137,10 @@ mod tests {
     fn without_noise_it_is_the_exact_posterior() {
         let model = banana();
         let data = model.simulate(&[0.2, 1.0, -0.5], 200, &mut ChaCha8Rng::seed_from_u64(3));
-        let value = model.summaries().unwrap().summary(&data, &[0.0; 3], 0.0);
+        let value = model
+            .summaries()
+            .unwrap()
+            .summary(&data, &[0.0; 3], 0.0, 1.0);
         let post = MeanPosterior::new(Arc::clone(&model), &value, 0.0, 200);
         let exact = model.exact_posterior(&data).unwrap();
         let points = [[0.2, 1.0, -0.5], [0.25, 0.9, -0.45], [0.1, 1.1, -0.6]];

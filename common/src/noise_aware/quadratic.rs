@@ -1,9 +1,10 @@
 //! The noise-aware posterior of one quadratic summary (`models/summaries.rs`).
 //!
 //! The federation released ĝ = g + e_g and Â = A + e_A about a centre θ_r, every entry's
-//! noise N(0, σ²) independent (one Gaussian release per party, summed; σ² the sum of the
-//! parties' variances, divided by m when m releases at one centre are averaged). The model,
-//! with Δ = θ − θ_r:
+//! noise independent, N(0, σ²) in ĝ and N(0, σ²/κ²) in Â (one Gaussian release per party
+//! of (g, κA), summed, κ the public curvature weight; σ² the sum of the parties'
+//! variances, divided by m when m releases at one centre are averaged). The model, with
+//! Δ = θ − θ_r:
 //!
 //! - g | θ, A ~ N(AΔ, A): by the central limit theorem the summed score has the mean and the
 //!   covariance its quadratic model implies (Kulkarni et al. 2021, Sec. 3: the approximate
@@ -11,7 +12,7 @@
 //!   CLT for the sufficient statistics of an exponential family). For the gaussian GLM given
 //!   its covariates this is exact: g = X̃ᵀ(y − X̃θ_r)/σ_y² ~ N(AΔ, A) with A = X̃ᵀX̃/σ_y². In
 //!   the noiseless limit N(g; AΔ, A) ∝ exp(gᵀΔ − ½ΔᵀAΔ): the summary's own quadratic.
-//! - A is latent: the release only measures it, Âₐᵦ ~ N(Aₐᵦ, σ²) for a ≤ b (the covariates
+//! - A is latent: the release only measures it, Âₐᵦ ~ N(Aₐᵦ, σ²/κ²) for a ≤ b (the covariates
 //!   are private; their public box is all the model assumes of them, and it enters through
 //!   the row bound). Its prior is ∝ det A over the positive definite matrices
 //!   ([`MEANS_PRIOR`]): flat in what the release measures, the means (AΔ, A) of (ĝ, Â),
@@ -55,8 +56,11 @@ pub struct Release {
     pub g: Vec<f64>,
     /// The symmetric Â (its upper triangle as released, mirrored).
     pub a: Vec<Vec<f64>>,
-    /// Noise variance of each released entry.
+    /// Noise variance of each entry of ĝ.
     pub noise_variance: f64,
+    /// Noise variance of each entry of Â: the release carried A weighted by the summaries'
+    /// curvature weight κ (`QuadraticSummaries::curvature_weight`), so it is σ²/κ².
+    pub curvature_noise_variance: f64,
 }
 
 impl Release {
@@ -156,7 +160,7 @@ fn noise_covariance(a: &DMatrix<f64>, noise_variance: f64) -> Option<Cholesky<f6
 
 /// The prior's gradient at `centre` and its curvature −∇² ln p from the gradient at unit
 /// moves (exact for the GLMs' normal priors).
-fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
+pub(super) fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
     let d = centre.len();
     let mut base = vec![0.0; d];
     model.grad_log_prior(centre, &mut base);
@@ -187,7 +191,7 @@ pub fn positive_definite(a: &DMatrix<f64>, floor: f64) -> DMatrix<f64> {
 /// The smallest eigenvalue a noisy Â is given: the noise sd (a direction whose curvature is
 /// below it is not measured), and never zero.
 fn floor_of(release: &Release) -> f64 {
-    release.noise_variance.sqrt().max(1e-12)
+    release.curvature_noise_variance.sqrt().max(1e-12)
 }
 
 /// The noise-aware posterior p(θ, A | ĝ, Â) of the module's comment, sampled on x = (z, L)
@@ -219,7 +223,9 @@ impl QuadraticPosterior {
     pub fn new(model: Arc<dyn Model>, release: Release, bend: Option<Bend>) -> Self {
         assert_eq!(model.dim(), release.dim(), "summary dimension");
         assert!(
-            release.noise_variance > 0.0 && release.noise_variance.is_finite(),
+            [release.noise_variance, release.curvature_noise_variance]
+                .iter()
+                .all(|v| *v > 0.0 && v.is_finite()),
             "a released summary carries positive noise"
         );
         let a_hat = release.a_matrix();
@@ -295,6 +301,7 @@ impl LogDensity for QuadraticPosterior {
     fn log_density(&self, x: &[f64], grad: &mut [f64]) -> f64 {
         let d = self.d();
         let s2 = self.release.noise_variance;
+        let s2a = self.release.curvature_noise_variance;
         let (z, coords) = x.split_at(d);
         let l = factor::read(coords, d);
         let a = &l * l.transpose();
@@ -336,11 +343,11 @@ impl LogDensity for QuadraticPosterior {
         for i in 0..d {
             for j in i..d {
                 let e = self.a_hat[(i, j)] - a[(i, j)];
-                value -= e * e / (2.0 * s2);
+                value -= e * e / (2.0 * s2a);
                 let w = if i == j { 1.0 } else { 0.5 };
-                gbar[(i, j)] += w * e / s2;
+                gbar[(i, j)] += w * e / s2a;
                 if i != j {
-                    gbar[(j, i)] += w * e / s2;
+                    gbar[(j, i)] += w * e / s2a;
                 }
             }
         }
@@ -501,6 +508,7 @@ mod tests {
                 vec![-10.0, 15.0, 350.0],
             ],
             noise_variance: 25.0,
+            curvature_noise_variance: 9.0,
         };
         (model, release)
     }
@@ -548,7 +556,7 @@ mod tests {
             .flat_map(|i| (i..d).map(move |j| (i, j)))
             .map(|(i, j)| (release.a[i][j] - a[(i, j)]).powi(2))
             .sum::<f64>()
-            / (2.0 * release.noise_variance);
+            / (2.0 * release.curvature_noise_variance);
         -0.5 * r.dot(&chol.solve(&r)) - half_log_det - measured
             + model.log_prior(theta)
             + factor::log_jacobian(coords, d, MEANS_PRIOR)

@@ -114,7 +114,9 @@ impl TiltedPosterior {
         assert_eq!(model.dim(), release.dim(), "summary dimension");
         assert!(release.dim() >= 1, "an intercept at least");
         assert!(
-            release.noise_variance > 0.0 && release.noise_variance.is_finite(),
+            [release.noise_variance, release.curvature_noise_variance]
+                .iter()
+                .all(|v| *v > 0.0 && v.is_finite()),
             "a released summary carries positive noise"
         );
         let d = release.dim();
@@ -149,7 +151,7 @@ impl TiltedPosterior {
         let d = self.d();
         let p = d - 1;
         let mut x = Approximation::of(self.model.as_ref(), &self.release).mode;
-        let floor = self.release.noise_variance.sqrt().max(1e-12);
+        let floor = self.release.curvature_noise_variance.sqrt().max(1e-12);
         let a = positive_definite(&self.a_hat, floor);
         let u = logit_within(a[(0, 0)].ln(), self.log_mass);
         x.push(u);
@@ -229,6 +231,7 @@ impl LogDensity for TiltedPosterior {
         let d = self.d();
         let p = d - 1;
         let s2 = self.release.noise_variance;
+        let s2a = self.release.curvature_noise_variance;
         let theta = &x[..d];
         let un = self.unpack(x);
         let (z, mu, s) = (un.z, &un.mu, &un.s);
@@ -263,12 +266,12 @@ impl LogDensity for TiltedPosterior {
         for i in 0..d {
             for j in i..d {
                 let err = self.a_hat[(i, j)] - z * a_shape[(i, j)];
-                value -= err * err / (2.0 * s2);
+                value -= err * err / (2.0 * s2a);
                 if i == j {
-                    g_a[(i, i)] = err / s2;
+                    g_a[(i, i)] = err / s2a;
                 } else {
-                    g_a[(i, j)] = err / (2.0 * s2);
-                    g_a[(j, i)] = err / (2.0 * s2);
+                    g_a[(i, j)] = err / (2.0 * s2a);
+                    g_a[(j, i)] = err / (2.0 * s2a);
                 }
             }
         }
@@ -335,6 +338,7 @@ mod tests {
                 vec![30.0, -5.0, 12.0, 140.0],
             ],
             noise_variance: 25.0,
+            curvature_noise_variance: 9.0,
         };
         TiltedPosterior::new(model, release, 400)
     }

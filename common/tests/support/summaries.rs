@@ -190,12 +190,15 @@ pub fn run(config: Config) -> Outcome {
     let mu = max_mu(config.epsilon, config.delta).unwrap();
     let multiplier = (schedule.releases() as f64 / (2.0 * mu)).sqrt();
     let mut rounds = Rounds::new(Arc::clone(&model), schedule);
-    while let Some((centre, window)) = rounds.next() {
+    while let Some((centre, window, weight)) = rounds.next() {
         let centre = centre.to_vec();
-        let sd = multiplier * 2.0 * summaries.row_bound(&centre, window);
+        let sd = multiplier * 2.0 * summaries.row_bound(&centre, window, weight);
         let mut sum = vec![0.0; summaries.entries()];
         for part in &parts {
-            for (s, v) in sum.iter_mut().zip(summaries.summary(part, &centre, window)) {
+            for (s, v) in sum
+                .iter_mut()
+                .zip(summaries.summary(part, &centre, window, weight))
+            {
                 let z: f64 = StandardNormal.sample(&mut rng);
                 *s += v + sd * z;
             }

@@ -490,9 +490,15 @@ fn wire_query(query: Query<'_>) -> pb::step_request::Query {
         Query::Gradient { theta } => Wire::Gradient(pb::GradientQuery {
             theta: theta.to_vec(),
         }),
-        Query::Summary { centre, window, .. } => Wire::Summary(pb::SummaryQuery {
+        Query::Summary {
+            centre,
+            window,
+            curvature_weight,
+            ..
+        } => Wire::Summary(pb::SummaryQuery {
             centre: centre.to_vec(),
             window,
+            curvature_weight,
         }),
         Query::SufficientStatistics { .. } => {
             Wire::SufficientStatistics(pb::SufficientStatisticsQuery {})

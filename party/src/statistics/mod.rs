@@ -53,11 +53,12 @@ pub enum Query<'a> {
     /// The sufficient statistics T·Σ_x s(x), `entries` of them (Yıldırım & Ermiş 2019,
     /// Alg. 3): the same at every step, noised afresh.
     SufficientStatistics { entries: usize },
-    /// The quadratic summary (g, upper A) about `centre` with Chebyshev `window` (0:
-    /// Taylor), `entries` of them (the summaries route).
+    /// The quadratic summary (g, upper A weighted by `curvature_weight`) about `centre`
+    /// with Chebyshev `window` (0: Taylor), `entries` of them (the summaries route).
     Summary {
         centre: &'a [f64],
         window: f64,
+        curvature_weight: f64,
         entries: usize,
     },
 }
@@ -105,15 +106,19 @@ impl<'a> Query<'a> {
     /// repeat them bit for bit.
     pub fn inputs(&self) -> Vec<f64> {
         let (theta, theta_proposed) = self.thetas();
-        let window = match self {
-            Query::Summary { window, .. } => Some(*window),
-            _ => None,
+        let terms = match self {
+            Query::Summary {
+                window,
+                curvature_weight,
+                ..
+            } => vec![*window, *curvature_weight],
+            _ => Vec::new(),
         };
         theta
             .iter()
             .chain(theta_proposed)
+            .chain(&terms)
             .copied()
-            .chain(window)
             .collect()
     }
 
@@ -175,9 +180,14 @@ impl<'a> Query<'a> {
         match self {
             Query::SufficientStatistics { .. } => {}
             Query::Gradient { .. } => check_theta(model, "theta", theta)?,
-            Query::Summary { window, .. } => {
+            Query::Summary {
+                window,
+                curvature_weight,
+                ..
+            } => {
                 check_theta(model, "centre", theta)?;
                 summary::check_window(*window)?;
+                summary::check_curvature_weight(*curvature_weight)?;
             }
             _ => {
                 check_theta(model, "theta", theta)?;
@@ -229,6 +239,7 @@ impl<'a> Query<'a> {
             Query::Summary {
                 centre,
                 window,
+                curvature_weight,
                 entries,
             } => {
                 let Some(summaries) = model.summaries() else {
@@ -243,6 +254,7 @@ impl<'a> Query<'a> {
                         summaries,
                         centre,
                         window: *window,
+                        curvature_weight: *curvature_weight,
                     }),
                     ratio_multiplier,
                 )

@@ -5,6 +5,7 @@
 //! the window) and clips each row to that bound, so the release has a sensitivity fixed
 //! before any row is read.
 use fedmcmc_common::data::Columns;
+use fedmcmc_common::models::summaries::MAX_CURVATURE_WEIGHT;
 use fedmcmc_common::models::{Model, Summaries};
 use rand_chacha::ChaCha20Rng;
 
@@ -28,10 +29,23 @@ pub(super) fn check_window(window: f64) -> Result<(), PartyError> {
     }
 }
 
+/// Refuses a curvature weight that is not a finite number in [1, `MAX_CURVATURE_WEIGHT`]
+/// (a weight below 1 would only coarsen Â; 0, a query that never set it, is refused too).
+pub(super) fn check_curvature_weight(weight: f64) -> Result<(), PartyError> {
+    if (1.0..=MAX_CURVATURE_WEIGHT).contains(&weight) {
+        Ok(())
+    } else {
+        Err(PartyError::InvalidArgument(format!(
+            "curvature weight is {weight}; it must be a number from 1 to {MAX_CURVATURE_WEIGHT}"
+        )))
+    }
+}
+
 pub struct Summary<'a> {
     pub(super) summaries: &'a dyn Summaries,
     pub(super) centre: &'a [f64],
     pub(super) window: f64,
+    pub(super) curvature_weight: f64,
 }
 
 impl Statistic for Summary<'_> {
@@ -39,12 +53,16 @@ impl Statistic for Summary<'_> {
     /// moves the sum by at most twice that under substitution and once under addition or
     /// removal.
     fn bound(&self, public: &Public<'_>) -> Bound {
-        clipped_sum_bound(public, self.summaries.row_bound(self.centre, self.window))
+        let weight = self.curvature_weight;
+        clipped_sum_bound(
+            public,
+            self.summaries.row_bound(self.centre, self.window, weight),
+        )
     }
 
     fn compute(&self, _: &dyn Model, rows: &Columns, _: &Bound, _: &mut ChaCha20Rng) -> Computed {
         Computed {
-            value: self.summaries.summary(rows, self.centre, self.window),
+            value: (self.summaries).summary(rows, self.centre, self.window, self.curvature_weight),
             inherent_variance: 0.0,
         }
     }

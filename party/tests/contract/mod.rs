@@ -302,6 +302,7 @@ impl Subject {
                                 pb::step_request::Query::Summary(pb::SummaryQuery {
                                     centre: theta.clone(),
                                     window: theta_proposed.first().copied().unwrap_or(0.0),
+                                    curvature_weight: theta_proposed.get(1).copied().unwrap_or(1.0),
                                 })
                             }
                         }

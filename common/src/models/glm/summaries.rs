@@ -118,7 +118,7 @@ impl Summaries for Glm {
         SufficientStatistics::entries(self)
     }
 
-    fn summary(&self, data: &Columns, centre: &[f64], window: f64) -> Vec<f64> {
+    fn summary(&self, data: &Columns, centre: &[f64], window: f64, weight: f64) -> Vec<f64> {
         assert_eq!(data.d(), self.row_dim(), "data columns");
         let d = self.dim();
         let local = self.local(window);
@@ -163,15 +163,16 @@ impl Summaries for Glm {
             }
             start += len;
         }
+        for a in &mut out[d..] {
+            *a *= weight;
+        }
         out
     }
 
-    /// √(β_max²·max‖x̃‖² + γ_max²·Σ_{a≤b} mₐ²m_b²).
-    fn row_bound(&self, centre: &[f64], window: f64) -> f64 {
-        let (beta, gamma) = self.weight_caps(&self.local(window), centre);
-        let sq = beta * beta * self.max_norm * self.max_norm
-            + gamma * gamma * self.design_fourth_moment();
-        sq.sqrt() * ROUNDING_SLACK
+    /// √(β_max²·max‖x̃‖² + κ²γ_max²·Σ_{a≤b} mₐ²m_b²), κ the curvature weight.
+    fn row_bound(&self, centre: &[f64], window: f64, weight: f64) -> f64 {
+        let (score, curvature) = self.block_bounds(centre, window);
+        (score * score + (weight * curvature).powi(2)).sqrt() * ROUNDING_SLACK
     }
 
     fn reading(&self) -> Reading<'_> {
@@ -198,6 +199,15 @@ impl QuadraticSummaries for Glm {
 
     fn sigmoid(&self) -> Option<f64> {
         (self.family == Family::Logistic).then_some(self.temperature)
+    }
+
+    /// β_max·max‖x̃‖ and γ_max·√Σ_{a≤b} mₐ²m_b².
+    fn block_bounds(&self, centre: &[f64], window: f64) -> (f64, f64) {
+        let (beta, gamma) = self.weight_caps(&self.local(window), centre);
+        (
+            beta * self.max_norm,
+            gamma * self.design_fourth_moment().sqrt(),
+        )
     }
 
     fn design_box(&self) -> Vec<[f64; 2]> {
@@ -253,7 +263,7 @@ mod tests {
             let glm = GlmSpec::example(family, 3).build().unwrap();
             let data = glm.simulate(&[0.5, 1.0, -0.5], 500, &mut ChaCha8Rng::seed_from_u64(1));
             let centre = [0.3, 0.7, -0.2];
-            let (g, a) = split_summary(3, &Summaries::summary(&glm, &data, &centre, 0.0));
+            let (g, a) = split_summary(3, &Summaries::summary(&glm, &data, &centre, 0.0, 1.0));
             let total = |t: &[f64]| -> f64 {
                 let mut row = vec![0.0; 3];
                 (0..data.n())
@@ -294,7 +304,8 @@ mod tests {
     }
 
     /// Every row's contribution lies within the public row bound, for rows at the corners
-    /// of the box and labels at their bounds, at centres and windows of every size.
+    /// of the box and labels at their bounds, at centres, windows and curvature weights of
+    /// every size; the weight multiplies the curvature block and nothing else.
     #[test]
     fn each_row_lies_within_the_public_bound() {
         for family in [Family::Logistic, Family::Poisson, Family::Gaussian] {
@@ -302,15 +313,20 @@ mod tests {
             let features: Vec<[f64; 2]> = glm.features.clone();
             let [y_lo, y_hi] = glm.label;
             for centre in [[0.0, 0.0, 0.0], [1.0, -2.0, 3.0], [-5.0, 0.5, 0.1]] {
-                for window in [0.0, 0.5, 4.0] {
-                    let bound = Summaries::row_bound(&glm, &centre, window);
+                for (window, weight) in [(0.0, 1.0), (0.5, 3.0), (4.0, 1.5), (0.0, 40.0)] {
+                    let bound = Summaries::row_bound(&glm, &centre, window, weight);
                     for corner in 0..8u32 {
                         let x: Vec<f64> = (0..2)
                             .map(|j| features[j][((corner >> j) & 1) as usize])
                             .collect();
                         let y = if corner & 4 == 0 { y_lo } else { y_hi };
                         let data = Columns::from_rows(3, &[[x[0], x[1], y]]).unwrap();
-                        let s = Summaries::summary(&glm, &data, &centre, window);
+                        let s = Summaries::summary(&glm, &data, &centre, window, weight);
+                        let plain = Summaries::summary(&glm, &data, &centre, window, 1.0);
+                        for (i, (w, p)) in s.iter().zip(&plain).enumerate() {
+                            let want = if i < 3 { *p } else { weight * p };
+                            assert!((w - want).abs() <= 1e-12 * want.abs(), "entry {i}");
+                        }
                         let norm = s.iter().map(|v| v * v).sum::<f64>().sqrt();
                         assert!(
                             norm <= bound,
