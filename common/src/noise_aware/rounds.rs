@@ -51,11 +51,12 @@
 //! Gaussian-likelihood models) one release at the prior's mode is all there is. Everything
 //! here is post-processing of releases.
 //!
-//! An exact summary's release weights its curvature block by κ ([`curvature_weight`]): one
-//! Gaussian release of (g, κA) spends the same budget on a finer Â and a coarser ĝ. On the
-//! gaussian GLM (d = 3, 2 000 rows, θ drawn from N(0, 1), 400 repetitions) this took the
-//! 90 % intervals from 92.6, 91.9 % at ε 1 and 3 to 91.0, 90.7 % (ε 10: 90.7 %), each
-//! 20–35 % narrower (docs/design.md §3).
+//! Each quadratic release weights its curvature block by κ ([`curvature_weight`]): one
+//! Gaussian release of (g, κA) spends the same budget on a finer Â and a coarser ĝ, as far
+//! as θ's spread about the centre makes Â's error count. On the gaussian GLM (d = 3, 2 000
+//! rows, θ drawn from N(0, 1), 400 repetitions) this took the 90 % intervals from 92.6 and
+//! 91.9 % at ε 1 and 3 to 91.0 and 90.7 % (ε 10: 90.7 %), each 20–35 % narrower; the
+//! logistic pilots end near the mode, where κ is 1 (docs/design.md §3).
 //!
 //! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
 //! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
@@ -118,8 +119,8 @@ pub const TRUST_RADIUS: f64 = 4.0;
 
 /// The curvature weight κ of a release about θ_r, from the public bounds (G, H) on one
 /// row's score and curvature blocks (`QuadraticSummaries::block_bounds`) and D, the
-/// expected ‖θ − θ_r‖² under what the coordinator knows of θ (the prior's spread, for a
-/// release at the prior's mode). Where A is measured, the release's
+/// expected ‖θ − θ_r‖² under what the coordinator knows of θ so far (the prior's spread at
+/// first, then the last pilot's approximation's). Where A is measured, the release's
 /// information about θ is roughly Â⁻¹ĝ, whose error A⁻¹(e_g − e_AΔ) has variance
 /// proportional to σ_g² + σ_A²D; one release of (g, κA) at multiplier z has σ_g² =
 /// z²(G² + κ²H²) and σ_A² = σ_g²/κ², so the error is least at κ² = G√D/H. The weight is
@@ -225,8 +226,10 @@ pub struct Rounds {
     pilots: Vec<Pilot>,
     /// The Taylor pilots' releases (window 0), which the finals may pool.
     taylor: Vec<Release>,
-    /// Every release's curvature weight.
-    curvature_weight: f64,
+    /// E‖θ − θ_r‖² under what is known of θ before the next release: at first under the
+    /// prior, then under the last pilot's approximation (its covariance's trace plus the
+    /// centre's distance from its mode).
+    spread: f64,
     /// The final releases' sum so far and their noise variances (ĝ's, Â's).
     sum: Vec<f64>,
     noise_variance: f64,
@@ -236,18 +239,12 @@ pub struct Rounds {
 impl Rounds {
     pub fn new(model: Arc<dyn Model>, schedule: Schedule) -> Self {
         let centre = model.prior_mode();
-        // An exact summary's release at the prior's mode weighs its curvature by the prior's
-        // spread, tr P₀⁻¹. The pilots of an approximate one are not weighted (yet): their
-        // calibration table was measured unweighted.
-        let curvature_weight = match quadratic(model.as_ref()) {
-            Some(q) if q.exact() => {
-                let spread = trace_of_inverse(prior_quadratic(model.as_ref(), &centre).1);
-                curvature_weight(q.block_bounds(&centre, 0.0), spread)
-            }
-            _ => 1.0,
+        let spread = match quadratic(model.as_ref()) {
+            Some(_) => trace_of_inverse(prior_quadratic(model.as_ref(), &centre).1),
+            None => 0.0,
         };
         Rounds {
-            curvature_weight,
+            spread,
             centre,
             model,
             piloting: schedule.min_pilots > 0,
@@ -274,7 +271,14 @@ impl Rounds {
         } else {
             0.0
         };
-        Some((&self.centre, window, self.curvature_weight))
+        Some((&self.centre, window, self.weight(window)))
+    }
+
+    /// The next release's curvature weight (1 for mean summaries, which have no curvature).
+    fn weight(&self, window: f64) -> f64 {
+        quadratic(self.model.as_ref()).map_or(1.0, |q| {
+            curvature_weight(q.block_bounds(&self.centre, window), self.spread)
+        })
     }
 
     /// Takes the federation's summed release for the query [`Rounds::next`] gave, each entry
@@ -313,6 +317,12 @@ impl Rounds {
             self.piloting = !(made >= self.schedule.min_pilots && (settled || left <= 1));
             if !self.piloting && !settled {
                 self.centre = self.averaged_target();
+            }
+            if let Some(covariance) = approximation.covariance() {
+                let off: f64 = (self.centre.iter().zip(&approximation.mode))
+                    .map(|(c, m)| (c - m).powi(2))
+                    .sum();
+                self.spread = covariance.trace() + off;
             }
         } else {
             if self.sum.is_empty() {
