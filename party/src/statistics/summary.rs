@@ -20,23 +20,21 @@ pub const MAX_WINDOW: f64 = 100.0;
 
 /// Refuses a window that is not a finite number in [0, [`MAX_WINDOW`]].
 pub(super) fn check_window(window: f64) -> Result<(), PartyError> {
-    if (0.0..=MAX_WINDOW).contains(&window) {
-        Ok(())
-    } else {
-        Err(PartyError::InvalidArgument(format!(
-            "window is {window}; it must be a number from 0 to {MAX_WINDOW}"
-        )))
-    }
+    check_within("window", window, [0.0, MAX_WINDOW])
 }
 
 /// Refuses a curvature weight that is not a finite number in [1, `MAX_CURVATURE_WEIGHT`]
 /// (a weight below 1 would only coarsen Â; 0, a query that never set it, is refused too).
 pub(super) fn check_curvature_weight(weight: f64) -> Result<(), PartyError> {
-    if (1.0..=MAX_CURVATURE_WEIGHT).contains(&weight) {
+    check_within("curvature weight", weight, [1.0, MAX_CURVATURE_WEIGHT])
+}
+
+fn check_within(what: &str, value: f64, [lo, hi]: [f64; 2]) -> Result<(), PartyError> {
+    if (lo..=hi).contains(&value) {
         Ok(())
     } else {
         Err(PartyError::InvalidArgument(format!(
-            "curvature weight is {weight}; it must be a number from 1 to {MAX_CURVATURE_WEIGHT}"
+            "{what} is {value}; it must be a number from {lo} to {hi}"
         )))
     }
 }
