@@ -160,7 +160,7 @@ fn noise_covariance(a: &DMatrix<f64>, noise_variance: f64) -> Option<Cholesky<f6
 
 /// The prior's gradient at `centre` and its curvature −∇² ln p from the gradient at unit
 /// moves (exact for the GLMs' normal priors).
-pub(super) fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
+fn prior_quadratic(model: &dyn Model, centre: &[f64]) -> (DVector<f64>, DMatrix<f64>) {
     let d = centre.len();
     let mut base = vec![0.0; d];
     model.grad_log_prior(centre, &mut base);
