@@ -54,11 +54,11 @@
 //! Each release after a pilot weights its curvature block by κ ([`curvature_weight`]): one
 //! Gaussian release of (g, κA) spends the same budget on a finer Â and a coarser ĝ, as far
 //! as θ's spread about the centre, by the pilot's approximation, makes Â's error count. The
-//! poisson GLM's releases take κ ≈ 3–4; the logistic pilots end near the mode, where κ is
-//! 1. The first release (an exact summary's only one) is unweighted: weighted by the
+//! poisson GLM's releases take κ ≈ 3–4; the logistic pilots end near the mode, where κ
+//! is 1. The first release (an exact summary's only one) is unweighted: weighted by the
 //! prior's spread, the gaussian GLM's intervals were calibrated and narrower when θ was
-//! drawn from the prior, and its errors twice as large under a vague prior (docs/design.md
-//! §3).
+//! drawn from the prior, and its errors twice as large under a vague prior
+//! (docs/design.md §3).
 //!
 //! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
 //! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
