@@ -119,9 +119,8 @@ pub const TRUST_RADIUS: f64 = 4.0;
 
 /// The curvature weight κ of a release about θ_r, from the public bounds (G, H) on one
 /// row's score and curvature blocks (`QuadraticSummaries::block_bounds`) and D, the
-/// expected ‖θ − θ_r‖² under what the last pilot's approximation says of θ. Where A is
-/// measured, the release's
-/// information about θ is roughly Â⁻¹ĝ, whose error A⁻¹(e_g − e_AΔ) has variance
+/// expected ‖θ − θ_r‖² under what the last pilot's approximation says of θ. What the
+/// release says of θ is roughly Â⁻¹ĝ, whose error A⁻¹(e_g − e_AΔ) has variance
 /// proportional to σ_g² + σ_A²D; one release of (g, κA) at multiplier z has σ_g² =
 /// z²(G² + κ²H²) and σ_A² = σ_g²/κ², so the error is least at κ² = G√D/H. The weight is
 /// never below 1 (the unweighted release, calibrated where the data pin A down) nor above
