@@ -59,7 +59,7 @@ pub struct Release {
     /// Noise variance of each entry of ĝ.
     pub noise_variance: f64,
     /// Noise variance of each entry of Â: the release carried A weighted by the summaries'
-    /// curvature weight κ (`QuadraticSummaries::curvature_weight`), so it is σ²/κ².
+    /// curvature weight κ (`rounds::curvature_weight`), so it is σ²/κ².
     pub curvature_noise_variance: f64,
 }
 
