@@ -457,6 +457,7 @@ async fn job(
 #[cfg(test)]
 mod tests {
     use fedmcmc_common::models::{Family, GlmSpec};
+    use fedmcmc_common::noise_aware::rounds::{DEFAULT_RELEASES, EXACT_RELEASES};
 
     use super::*;
 
@@ -480,11 +481,11 @@ mod tests {
             let (route, why) = choose_route(model.as_ref());
             assert_eq!(route, VariantName::Summaries);
             let releases = if family == Family::Gaussian {
-                "1 release"
+                EXACT_RELEASES
             } else {
-                "8 releases"
+                DEFAULT_RELEASES
             };
-            assert!(why.contains(&format!("{releases} once")), "{why}");
+            assert!(why.contains(&format!("{releases} releases once")), "{why}");
         }
         let (route, why) = choose_route(ModelSpec::flat_banana(2).build().unwrap().as_ref());
         assert_eq!(route, VariantName::Penalty);
