@@ -1,7 +1,7 @@
 //! The product as a user runs it: separate processes, real gRPC, files on disk.
 use std::process::Command;
 
-use fedmcmc_common::noise_aware::rounds::DEFAULT_RELEASES;
+use fedmcmc_common::noise_aware::rounds::{DEFAULT_RELEASES, EXACT_RELEASES};
 use fedmcmc_system_tests::{
     PartyProcess, bin, run, simulate, simulated_federation, write_run_config,
 };
@@ -274,7 +274,7 @@ fn simulate_runs_a_glm_over_named_columns() {
     }
 }
 
-/// The summaries route over gRPC and mutual TLS: the gaussian GLM's one release per party at
+/// The summaries route over gRPC and mutual TLS: the gaussian GLM's three releases per party at
 /// a generous budget (ε = 10⁵: at 1000 the noise of the presets' ±20 label bound still moves
 /// the means by a tenth of a posterior sd, and the MMD sees it) gives its exact posterior (the MMD to the exact draws within a few times
 /// that of independent exact draws), and a logistic GLM at ε = 3 spends its eight releases per
@@ -301,7 +301,7 @@ fn simulate_samples_the_summaries_route() {
     assert!(!stdout.contains("the summaries route applies"), "{stdout}");
     let summary = read(&out);
     for p in summary["parties"].as_array().unwrap() {
-        assert_eq!(p["releases"], 1, "{p}");
+        assert_eq!(p["releases"], EXACT_RELEASES, "{p}");
     }
     let (mmd, baseline) = (
         summary["mmd_to_exact"].as_f64().unwrap(),
