@@ -151,17 +151,14 @@ impl Schedule {
     /// [`DEFAULT_MIN_PILOTS`] pilots at least, the first with [`DEFAULT_WINDOW`]. `None` if
     /// the model has no summaries.
     pub fn default_for(model: &dyn Model) -> Option<Self> {
-        let exact = match model.summaries()?.reading() {
-            Reading::Quadratic(q) => q.exact(),
-            Reading::Mean(_) => {
-                return Some(Schedule {
-                    releases: 1,
-                    min_pilots: 0,
-                    window: 0.0,
-                });
-            }
+        let Reading::Quadratic(q) = model.summaries()?.reading() else {
+            return Some(Schedule {
+                releases: 1,
+                min_pilots: 0,
+                window: 0.0,
+            });
         };
-        if exact {
+        if q.exact() {
             return Some(Schedule {
                 releases: EXACT_RELEASES,
                 min_pilots: 1,
@@ -474,7 +471,7 @@ impl Rounds {
                 ];
                 (join_summary(&pilot.g, &pilot.a), &pilot.centre, weight)
             } else {
-                let (moved, weight) = moved(pilot, &fin);
+                let (moved, weight) = moved(pilot, &fin, &averaged.value[d..]);
                 (moved, &fin.centre, weight)
             };
             for (i, (v, m)) in value.iter_mut().zip(summary).enumerate() {
@@ -500,8 +497,9 @@ impl Rounds {
 
 /// A pilot's summary moved to the finals' centre (the trapezoid rule of
 /// [`Rounds::pooled`]), with its weights in g's block and A's: 1/(its noise + the
-/// curvature's estimated change between the centres).
-fn moved(pilot: &Release, fin: &Release) -> (Vec<f64>, [f64; 2]) {
+/// curvature's estimated change between the centres). `finals_a` is the finals' released
+/// curvature entries (the summary vector's tail).
+fn moved(pilot: &Release, fin: &Release, finals_a: &[f64]) -> (Vec<f64>, [f64; 2]) {
     let d = pilot.dim();
     let step: Vec<f64> = (0..d).map(|i| fin.centre[i] - pilot.centre[i]).collect();
     let g: Vec<f64> = (0..d)
@@ -514,8 +512,7 @@ fn moved(pilot: &Release, fin: &Release) -> (Vec<f64>, [f64; 2]) {
         .collect();
     let moved = join_summary(&g, &pilot.a);
     // A's entries are the released vector's tail, after g.
-    let finals = join_summary(&fin.g, &fin.a);
-    let curvatures = moved[d..].iter().zip(&finals[d..]);
+    let curvatures = moved[d..].iter().zip(finals_a);
     let squares: f64 = curvatures.clone().map(|(p, f)| (p - f).powi(2)).sum();
     let mean_square = squares / curvatures.len() as f64;
     let noises = pilot.curvature_noise_variance + fin.curvature_noise_variance;
@@ -622,9 +619,11 @@ mod tests {
         for (got, want) in fin.a.iter().flatten().zip(a.iter().flatten()) {
             assert!((got - want).abs() <= 1e-9 * want.abs(), "{got} {want}");
         }
-        // The two finals average to Â's noise NOISE/(2κ²); the Taylor pilot is pooled in.
-        assert!(fin.curvature_noise_variance < NOISE / (2.0 * kappa * kappa));
-        assert!(fin.noise_variance < NOISE / 2.0);
+        // The two finals average to Â's noise NOISE/(2κ²), and the unweighted Taylor pilot
+        // (its curvature the finals', so no change is estimated) is pooled in.
+        let want = NOISE / (2.0 * kappa * kappa + 1.0);
+        assert!((fin.curvature_noise_variance - want).abs() < 1e-12 * want);
+        assert!((fin.noise_variance - NOISE / 3.0).abs() < 1e-12);
     }
 
     #[test]
