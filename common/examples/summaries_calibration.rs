@@ -7,16 +7,19 @@
 //! family, whose counts must stay within their bound); with `fixed`, θ is the examples'
 //! (0.5, 1, −0.5, …) under a prior sd of 10.
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons] [seed]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons] [seed] [covariates]
 //!
 //! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`; `all`
 //! for every one); each d has its own rows (3: 2 000, 5: 20 000, 6: 100 000). `seed` (1 by
-//! default) is the first repetition's; repetition r uses seed + 1000r.
+//! default) is the first repetition's; repetition r uses seed + 1000r. `covariates` says
+//! where the rows' covariates lie within the public box the posterior knows: `box` (uniform
+//! over it, the default), `inner` (uniform over the middle half of each feature's bounds) or
+//! `offset` (uniform over the upper half).
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, coverage};
+use support::{Config, Covariates, coverage};
 
 fn main() {
     let reps: u64 = std::env::args()
@@ -33,6 +36,9 @@ fn main() {
     let seed: u64 = std::env::args()
         .nth(6)
         .map_or(1, |a| a.parse().expect("seed"));
+    let covariates = std::env::args().nth(7).map_or(Covariates::Box, |a| {
+        Covariates::parse(&a).expect("covariates: box, inner or offset")
+    });
     let (dims, epsilons) = (list(4), list(5));
     let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
@@ -61,6 +67,7 @@ fn main() {
                     epsilon,
                     delta: 1e-5,
                     seed,
+                    covariates,
                     prior_sd: from_prior.then_some(if family == Family::Poisson {
                         0.5
                     } else {

@@ -5,7 +5,7 @@
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, coverage};
+use support::{Config, Covariates, coverage};
 
 #[test]
 fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() {
@@ -25,6 +25,7 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
             delta: 1e-5,
             seed: 11,
             prior_sd: Some(prior_sd),
+            covariates: Covariates::Box,
         };
         let c = coverage(config, reps);
         let ((a50, a90), (p50, p90), (e50, e90)) = (c.aware, c.plug_in, c.exact);
