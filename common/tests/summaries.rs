@@ -50,6 +50,40 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
     }
 }
 
+/// Real covariates seldom fill their public box. With every feature uniform over the upper
+/// half of its bounds the intercept and the slopes share a direction of little curvature,
+/// which the release's noise hides; the gaussian GLM's latent curvature, measured at the
+/// error-minimising weight, then gave 90 % intervals covering 86.6 % (± 1.1) over these
+/// repetitions at ε = 1. Measured `EXACT_CURVATURE_EMPHASIS` times finer, they cover at their
+/// nominal rates within three standard errors (from the repetitions' spread: one release's
+/// noise moves all of a repetition's intervals together). 400 repetitions, so that the
+/// band (about ± 0.027) excludes the shortfall.
+#[test]
+fn the_gaussian_glm_is_calibrated_with_covariates_off_the_box_s_centre() {
+    let c = coverage(
+        Config {
+            family: Family::Gaussian,
+            dim: 3,
+            rows: 2_000,
+            parties: 3,
+            epsilon: 1.0,
+            delta: 1e-5,
+            seed: 1,
+            prior_sd: Some(1.0),
+            covariates: Covariates::Offset,
+        },
+        400,
+    );
+    let ((a50, a90), (se50, se90)) = (c.aware, c.aware_se);
+    eprintln!(
+        "off-centre gaussian GLM: aware {a50:.3} {a90:.3} (se {se50:.3} {se90:.3}), {} converged, width {:.2}",
+        c.converged, c.width
+    );
+    assert_eq!(c.converged, 400);
+    assert!((a50 - 0.5).abs() < 3.0 * se50, "50 %: {a50} ± {se50}");
+    assert!((a90 - 0.9).abs() < 3.0 * se90, "90 %: {a90} ± {se90}");
+}
+
 /// The bounded gaussian and banana models' noise-aware posterior (their exact sum of rows,
 /// `noise_aware::means`) is calibrated too: θ drawn from the prior, fresh rows and noise
 /// each repetition, the intervals of the HMC draws cover at their nominal rates.
