@@ -57,9 +57,10 @@
 //! as θ's spread about the centre, by the pilot's approximation, makes Â's error count. The
 //! poisson GLM's releases take κ ≈ 3–4; the logistic pilots end near the mode, where κ
 //! is 1; an exact summary's take [`EXACT_CURVATURE_EMPHASIS`] times that weight, which
-//! its latent curvature's calibration needs. The first release is unweighted: the gaussian GLM's single release, weighted by
-//! the prior's spread, gave intervals calibrated and narrower when θ was drawn from the
-//! prior, and errors twice as large under a vague prior (docs/design.md §3).
+//! its latent curvature's calibration needs. The first release is unweighted: the gaussian
+//! GLM's single release, weighted by the prior's spread, gave intervals calibrated and
+//! narrower when θ was drawn from the prior, and errors twice as large under a vague prior
+//! (docs/design.md §3).
 //!
 //! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
 //! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
@@ -137,10 +138,11 @@ pub const TRUST_RADIUS: f64 = 4.0;
 /// release, places θ's intervals. With A known (an oracle), the gaussian GLM at d = 3,
 /// 2 000 rows was calibrated at every ε (90 % intervals covering 90.7–91.2 %); with A
 /// latent at the error-minimising weight its intervals erred wide with covariates filling
-/// the box (92.8, 93.3, 91.8 % at ε 0.5, 1, 3) and narrow with covariates off the box's
-/// centre (86.0, 86.5, 88.5 %: a weak intercept–slope direction the noise hides). Three
-/// times finer: 91.3, 91.0, 91.2 % and 90.0, 90.5, 90.5 % (200 repetitions each), in
-/// intervals as wide as the oracle's within 15 % (docs/design.md §3, the curvature weight).
+/// the box (92.5, 93.3, 91.9 % at ε 0.5, 1, 3; 400 repetitions) and narrow with covariates
+/// off the box's centre (86.0, 86.5, 88.5 %, 200: a weak intercept–slope direction the
+/// noise hides). Three times finer: 92.2, 92.0, 91.1 % and 90.8, 90.8, 90.4 % (400 each),
+/// in intervals as wide as the oracle's within 15 % (docs/design.md §3, the curvature
+/// weight).
 /// The approximate summaries keep the error-minimising weight: on the logistic GLM the same
 /// emphasis widened the intervals by 18–50 % (docs/design.md §3).
 pub const EXACT_CURVATURE_EMPHASIS: f64 = 3.0;
