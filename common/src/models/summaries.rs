@@ -25,7 +25,7 @@ use super::ModelError;
 use crate::data::{ColumnSpec, Columns};
 
 /// The largest curvature weight a summary query may carry (`Summaries::summary`): far
-/// beyond the route's own choices (`noise_aware::rounds::curvature_weight`), and small
+/// beyond the route's own choices (`noise_aware::weight::curvature_weight`), and small
 /// enough that the weighted bound stays far from overflow.
 pub const MAX_CURVATURE_WEIGHT: f64 = 1e3;
 

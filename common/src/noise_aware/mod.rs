@@ -15,6 +15,7 @@ pub mod quadratic;
 pub mod rounds;
 mod sigmoid;
 pub mod tilted;
+pub mod weight;
 
 /// A log density with its gradient: all a sampler needs (as in nuts-rs's `CpuLogpFunc`).
 pub trait LogDensity: Sync {

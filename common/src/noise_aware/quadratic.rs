@@ -59,7 +59,7 @@ pub struct Release {
     /// Noise variance of each entry of ĝ.
     pub noise_variance: f64,
     /// Noise variance of each entry of Â: the release carried A weighted by the summaries'
-    /// curvature weight κ (`rounds::curvature_weight`), so it is σ²/κ².
+    /// curvature weight κ (`weight::curvature_weight`), so it is σ²/κ².
     pub curvature_noise_variance: f64,
 }
 
@@ -186,6 +186,17 @@ pub fn positive_definite(a: &DMatrix<f64>, floor: f64) -> DMatrix<f64> {
     let eig = nalgebra::SymmetricEigen::new(a.clone());
     let values = eig.eigenvalues.map(|v| v.max(floor));
     &eig.eigenvectors * DMatrix::from_diagonal(&values) * eig.eigenvectors.transpose()
+}
+
+/// The smallest eigenvalue of the symmetric `a` (NaN if any entry is not finite: the
+/// iteration is not run on it).
+pub fn smallest_eigenvalue(a: &[Vec<f64>]) -> f64 {
+    if a.iter().flatten().any(|v| !v.is_finite()) {
+        return f64::NAN;
+    }
+    let d = a.len();
+    let m = DMatrix::from_fn(d, d, |i, j| a[i][j]);
+    nalgebra::SymmetricEigen::new(m).eigenvalues.min()
 }
 
 /// The smallest eigenvalue a noisy Â is given: the noise sd (a direction whose curvature is

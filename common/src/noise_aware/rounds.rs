@@ -56,8 +56,9 @@
 //! Gaussian release of (g, κA) spends the same budget on a finer Â and a coarser ĝ, as far
 //! as θ's spread about the centre, by the pilot's approximation, makes Â's error count. The
 //! poisson GLM's releases take κ ≈ 3–4; the logistic pilots end near the mode, where κ
-//! is 1; an exact summary's take [`EXACT_CURVATURE_EMPHASIS`] times that weight, which
-//! its latent curvature's calibration needs. The first release is unweighted: the gaussian
+//! is 1; an exact summary's take [`EXACT_CURVATURE_EMPHASIS`] times that weight, and an
+//! approximate one's [`hidden_emphasis`] times it, as far as the pilots' curvature shows a
+//! direction the finals' noise would hide (`weight.rs`). The first release is unweighted: the gaussian
 //! GLM's single release, weighted by the prior's spread, gave intervals calibrated and
 //! narrower when θ was drawn from the prior, and errors twice as large under a vague prior
 //! (docs/design.md §3).
@@ -76,9 +77,11 @@
 use std::sync::Arc;
 
 use super::quadratic::{Approximation, Release};
-use crate::models::summaries::{
-    MAX_CURVATURE_WEIGHT, Reading, join_summary, quadratic, split_summary,
+use super::weight::{
+    EXACT_CURVATURE_EMPHASIS, PilotCurvature, TILTED_CURVATURE_EMPHASIS, curvature_weight,
+    hidden_emphasis,
 };
+use crate::models::summaries::{Reading, join_summary, quadratic, split_summary};
 use crate::models::{Model, QuadraticSummaries};
 
 /// How many releases go where.
@@ -130,40 +133,6 @@ pub const DEFAULT_WINDOW: f64 = 2.0;
 /// The most a step of the pilots may move the linear predictor, √Σ(mₐΔₐ)² with mₐ the
 /// covariates' bound on coefficient a.
 pub const TRUST_RADIUS: f64 = 4.0;
-
-/// How many times finer than the error-minimising weight an exact summary's curvature is
-/// measured ([`curvature_weight`]'s `emphasis`). That weight minimises the error of Â⁻¹ĝ,
-/// but the noise-aware posterior marginalises the latent A under a prior only public facts
-/// may shape, and where Â's noise is comparable to A in some direction that prior, not the
-/// release, places θ's intervals. With A known (an oracle), the gaussian GLM at d = 3,
-/// 2 000 rows was calibrated at every ε (90 % intervals covering 90.7–91.2 %); with A
-/// latent at the error-minimising weight its intervals erred wide with covariates filling
-/// the box (92.5, 93.3, 91.9 % at ε 0.5, 1, 3; 400 repetitions) and narrow with covariates
-/// off the box's centre (86.0, 86.5, 88.5 %, 200: a weak intercept–slope direction the
-/// noise hides). Three times finer: 92.2, 92.0, 91.1 % and 90.8, 90.8, 90.4 % (400 each),
-/// in intervals as wide as the oracle's within 15 % (docs/design.md §3, the curvature
-/// weight).
-/// The approximate summaries keep the error-minimising weight: on the logistic GLM the same
-/// emphasis widened the intervals by 18–50 % (docs/design.md §3).
-pub const EXACT_CURVATURE_EMPHASIS: f64 = 3.0;
-
-/// The curvature weight κ of a release about θ_r, from the public bounds (G, H) on one
-/// row's score and curvature blocks (`QuadraticSummaries::block_bounds`) and D, the
-/// expected ‖θ − θ_r‖² under what the last pilot's approximation says of θ. What the
-/// release says of θ is roughly Â⁻¹ĝ, whose error A⁻¹(e_g − e_AΔ) has variance
-/// proportional to σ_g² + σ_A²D; one release of (g, κA) at multiplier z has σ_g² =
-/// z²(G² + κ²H²) and σ_A² = σ_g²/κ², so the error is least at κ² = G√D/H. The weight is
-/// that times `emphasis` (≥ 1: [`EXACT_CURVATURE_EMPHASIS`] or 1), never below 1 (the
-/// unweighted release, calibrated where the data pin A down) nor above
-/// [`MAX_CURVATURE_WEIGHT`].
-pub fn curvature_weight((score, curvature): (f64, f64), spread: f64, emphasis: f64) -> f64 {
-    let kappa = emphasis * (score / curvature * spread.sqrt()).sqrt();
-    if kappa.is_nan() {
-        1.0
-    } else {
-        kappa.clamp(1.0, MAX_CURVATURE_WEIGHT)
-    }
-}
 
 impl Schedule {
     /// The default for `model`: one release for a mean summary; [`EXACT_RELEASES`] with
@@ -263,6 +232,8 @@ pub struct Rounds {
     /// E‖θ − θ_r‖² under the last pilot's approximation (its covariance's trace plus the
     /// centre's distance from its mode); 0 before the first pilot.
     spread: f64,
+    /// What the pilots measured of A, for an approximate summary's [`hidden_emphasis`].
+    pilot_curvature: PilotCurvature,
     /// The final releases' sum so far and their noise variances (ĝ's, Â's).
     sum: Vec<f64>,
     noise_variance: f64,
@@ -276,6 +247,7 @@ impl Rounds {
             // spread is no measure of θ's distance from its mode (a vague prior's is huge):
             // the first release is unweighted.
             spread: 0.0,
+            pilot_curvature: PilotCurvature::default(),
             centre: model.prior_mode(),
             model,
             piloting: schedule.min_pilots > 0,
@@ -310,8 +282,10 @@ impl Rounds {
         quadratic(self.model.as_ref()).map_or(1.0, |q| {
             let emphasis = if q.exact() {
                 EXACT_CURVATURE_EMPHASIS
+            } else if q.tilted() {
+                TILTED_CURVATURE_EMPHASIS
             } else {
-                1.0
+                hidden_emphasis(self.pilot_curvature.hidden(self.schedule.releases))
             };
             curvature_weight(q.block_bounds(&self.centre, window), self.spread, emphasis)
         })
@@ -338,6 +312,7 @@ impl Rounds {
                 curvature_noise_variance,
             };
             let approximation = Approximation::of(self.model.as_ref(), &release);
+            self.pilot_curvature.add(&release);
             if window == 0.0 {
                 self.taylor.push(release);
             }

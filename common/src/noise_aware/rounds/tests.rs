@@ -43,26 +43,6 @@ fn walk(answer: impl Fn(u32, &[f64]) -> Vec<f64>) -> (Rounds, Final) {
     (rounds, fin)
 }
 
-/// κ = emphasis·√((G/H)·√D) where it lies within [1, MAX_CURVATURE_WEIGHT]; 1 where D or G
-/// is 0 (or the bounds are not numbers), the cap where H is 0.
-#[test]
-fn the_curvature_weight_balances_the_score_s_noise_against_the_curvature_s() {
-    assert!((curvature_weight((60.0, 7.5), 9.0, 1.0) - (8.0f64 * 3.0).sqrt()).abs() < 1e-12);
-    assert!((curvature_weight((60.0, 7.5), 9.0, 3.0) - 3.0 * (24.0f64).sqrt()).abs() < 1e-12);
-    assert_eq!(curvature_weight((3.0, 2.0), 0.01, 1.0), 1.0);
-    assert!((curvature_weight((3.0, 2.0), 0.01, 3.0) - 3.0 * 0.15f64.sqrt()).abs() < 1e-12);
-    for emphasis in [1.0, EXACT_CURVATURE_EMPHASIS] {
-        assert_eq!(curvature_weight((0.0, 2.0), 4.0, emphasis), 1.0);
-        assert_eq!(curvature_weight((3.0, 2.0), 0.0, emphasis), 1.0);
-        assert_eq!(
-            curvature_weight((3.0, 0.0), 1.0, emphasis),
-            MAX_CURVATURE_WEIGHT
-        );
-        assert_eq!(curvature_weight((0.0, 0.0), 1.0, emphasis), 1.0);
-        assert_eq!(curvature_weight((f64::NAN, 1.0), 1.0, emphasis), 1.0);
-    }
-}
-
 /// The first release is unweighted; a pilot whose approximation leaves θ spread about
 /// the next centre weighs the next release's curvature by that spread, and the weighted
 /// curvature is read back to A with Â's noise variance the release's over κ².
