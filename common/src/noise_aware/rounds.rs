@@ -56,12 +56,12 @@
 //! Gaussian release of (g, κA) spends the same budget on a finer Â and a coarser ĝ, as far
 //! as θ's spread about the centre, by the pilot's approximation, makes Â's error count. The
 //! poisson GLM's releases take κ ≈ 3–4; the logistic pilots end near the mode, where κ
-//! is 1; an exact summary's take [`EXACT_CURVATURE_EMPHASIS`] times that weight, and an
-//! approximate one's [`hidden_emphasis`] times it, as far as the pilots' curvature shows a
-//! direction the finals' noise would hide (`weight.rs`). The first release is unweighted: the gaussian
-//! GLM's single release, weighted by the prior's spread, gave intervals calibrated and
-//! narrower when θ was drawn from the prior, and errors twice as large under a vague prior
-//! (docs/design.md §3).
+//! is 1; an exact summary's take [`EXACT_CURVATURE_EMPHASIS`] times that weight, and the
+//! logistic one's [`hidden_emphasis`] times it, as far as the pilots' curvature shows a
+//! direction the finals' noise would hide (`weight.rs`). The first release is unweighted:
+//! the gaussian GLM's single release, weighted by the prior's spread, gave intervals
+//! calibrated and narrower when θ was drawn from the prior, and errors twice as large under
+//! a vague prior (docs/design.md §3).
 //!
 //! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
 //! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
