@@ -68,7 +68,7 @@ impl Release {
         self.centre.len()
     }
 
-    fn a_matrix(&self) -> DMatrix<f64> {
+    pub(super) fn a_matrix(&self) -> DMatrix<f64> {
         let d = self.dim();
         DMatrix::from_fn(d, d, |i, j| self.a[i][j])
     }
@@ -186,17 +186,6 @@ pub fn positive_definite(a: &DMatrix<f64>, floor: f64) -> DMatrix<f64> {
     let eig = nalgebra::SymmetricEigen::new(a.clone());
     let values = eig.eigenvalues.map(|v| v.max(floor));
     &eig.eigenvectors * DMatrix::from_diagonal(&values) * eig.eigenvectors.transpose()
-}
-
-/// The smallest eigenvalue of the symmetric `a` (NaN if any entry is not finite: the
-/// iteration is not run on it).
-pub fn smallest_eigenvalue(a: &[Vec<f64>]) -> f64 {
-    if a.iter().flatten().any(|v| !v.is_finite()) {
-        return f64::NAN;
-    }
-    let d = a.len();
-    let m = DMatrix::from_fn(d, d, |i, j| a[i][j]);
-    nalgebra::SymmetricEigen::new(m).eigenvalues.min()
 }
 
 /// The smallest eigenvalue a noisy Â is given: the noise sd (a direction whose curvature is

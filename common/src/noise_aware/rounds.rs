@@ -63,6 +63,9 @@
 //! calibrated and narrower when θ was drawn from the prior, and errors twice as large under
 //! a vague prior (docs/design.md §3).
 //!
+//! [`EXACT_CURVATURE_EMPHASIS`]: super::weight::EXACT_CURVATURE_EMPHASIS
+//! [`hidden_emphasis`]: super::weight::hidden_emphasis
+//!
 //! The defaults were chosen on simulated GLMs: without noise (d = 5, 20 000 rows, θ = (0.5,
 //! 1, −0.5, 0.25, −0.125)) a first window of 0, 2 or 9 (the reach of ±1 on every
 //! coefficient) put the logistic intercept at 0.38, 0.44 and 1.07 after the first pilot, the
@@ -77,10 +80,7 @@
 use std::sync::Arc;
 
 use super::quadratic::{Approximation, Release};
-use super::weight::{
-    EXACT_CURVATURE_EMPHASIS, PilotCurvature, TILTED_CURVATURE_EMPHASIS, curvature_weight,
-    hidden_emphasis,
-};
+use super::weight::{PilotCurvature, curvature_weight, emphasis};
 use crate::models::summaries::{Reading, join_summary, quadratic, split_summary};
 use crate::models::{Model, QuadraticSummaries};
 
@@ -118,7 +118,7 @@ pub const DEFAULT_RELEASES: u32 = 8;
 /// (90.7) 7.5, 48.2 (90.6) 3.0; four alike (29.4, 18.9, 7.4, 2.85 wide). At d = 5 (20 000 rows, 100 repetitions) three
 /// covered 90.2, 90.0, 90.8 and 90.4 % in intervals 19.1, 10.6, 4.2 and 1.8 wide, one
 /// release 29.9, 15.8, 5.9 and 2.3 (all at the error-minimising curvature weight, before
-/// [`EXACT_CURVATURE_EMPHASIS`]).
+/// [`EXACT_CURVATURE_EMPHASIS`](super::weight::EXACT_CURVATURE_EMPHASIS)).
 pub const EXACT_RELEASES: u32 = 3;
 /// Pilots at least when the summary is approximate: a global one and one Newton step.
 pub const DEFAULT_MIN_PILOTS: u32 = 2;
@@ -232,7 +232,8 @@ pub struct Rounds {
     /// E‖θ − θ_r‖² under the last pilot's approximation (its covariance's trace plus the
     /// centre's distance from its mode); 0 before the first pilot.
     spread: f64,
-    /// What the pilots measured of A, for an approximate summary's [`hidden_emphasis`].
+    /// What the pilots measured of A, for the logistic summary's emphasis
+    /// ([`emphasis`]).
     pilot_curvature: PilotCurvature,
     /// The final releases' sum so far and their noise variances (ĝ's, Â's).
     sum: Vec<f64>,
@@ -280,13 +281,7 @@ impl Rounds {
     /// The next release's curvature weight (1 for mean summaries, which have no curvature).
     fn weight(&self, window: f64) -> f64 {
         quadratic(self.model.as_ref()).map_or(1.0, |q| {
-            let emphasis = if q.exact() {
-                EXACT_CURVATURE_EMPHASIS
-            } else if q.tilted() {
-                TILTED_CURVATURE_EMPHASIS
-            } else {
-                hidden_emphasis(self.pilot_curvature.hidden(self.schedule.releases))
-            };
+            let emphasis = emphasis(q, &self.pilot_curvature, self.schedule.releases);
             curvature_weight(q.block_bounds(&self.centre, window), self.spread, emphasis)
         })
     }

@@ -7,7 +7,10 @@
 //! ([`hidden_emphasis`]), never for the poisson family's ([`TILTED_CURVATURE_EMPHASIS`]).
 //! Everything here is post-processing of releases and public bounds.
 
-use super::quadratic::{Release, smallest_eigenvalue};
+use nalgebra::DMatrix;
+
+use super::quadratic::Release;
+use crate::models::QuadraticSummaries;
 use crate::models::summaries::MAX_CURVATURE_WEIGHT;
 
 /// How many times finer than the error-minimising weight an exact summary's curvature is
@@ -58,12 +61,25 @@ pub fn hidden_emphasis(hidden: f64) -> f64 {
     (HIDDEN_EMPHASIS_SLOPE * hidden).clamp(1.0, MAX_HIDDEN_EMPHASIS)
 }
 
+/// The emphasis of the next release's curvature for summaries `q`, whose run makes
+/// `releases` releases in all and whose pilots so far measured `pilots`: by the summary's
+/// kind, as the constants above say.
+pub fn emphasis(q: &dyn QuadraticSummaries, pilots: &PilotCurvature, releases: u32) -> f64 {
+    if q.exact() {
+        EXACT_CURVATURE_EMPHASIS
+    } else if q.tilted() {
+        TILTED_CURVATURE_EMPHASIS
+    } else {
+        hidden_emphasis(pilots.hidden(releases))
+    }
+}
+
 /// The pilots' released curvatures averaged by their precisions: what the run knows of A
 /// before its finals, to judge whether the finals' noise would hide a direction of it.
 #[derive(Debug, Default)]
 pub struct PilotCurvature {
     /// Σ Âₖ/uₖ and Σ 1/uₖ, uₖ each pilot's curvature noise variance.
-    sum: Vec<Vec<f64>>,
+    sum: Option<DMatrix<f64>>,
     precision: f64,
     /// The last pilot's curvature noise variance.
     last: f64,
@@ -72,30 +88,28 @@ pub struct PilotCurvature {
 impl PilotCurvature {
     pub fn add(&mut self, release: &Release) {
         let w = 1.0 / release.curvature_noise_variance;
-        if self.sum.is_empty() {
-            self.sum = vec![vec![0.0; release.dim()]; release.dim()];
-        }
-        for (row, a) in self.sum.iter_mut().zip(&release.a) {
-            for (s, v) in row.iter_mut().zip(a) {
-                *s += w * v;
-            }
-        }
+        let weighted = release.a_matrix() * w;
+        self.sum = Some(match self.sum.take() {
+            Some(sum) => sum + weighted,
+            None => weighted,
+        });
         self.precision += w;
         self.last = release.curvature_noise_variance;
     }
 
     /// √(u/R) over the smallest eigenvalue of the averaged Â: the curvature noise sd of
     /// `releases` releases pooled at the last pilot's weight (u its variance) over the
-    /// weakest curvature the pilots saw. ∞ where that average is not positive definite; 0
-    /// before any pilot. A NaN entry counts as hidden too.
+    /// weakest curvature the pilots saw. ∞ where that average is not positive definite or
+    /// not finite (the eigen-iteration is not run on it); 0 before any pilot.
     pub fn hidden(&self, releases: u32) -> f64 {
-        if self.sum.is_empty() {
+        let Some(sum) = &self.sum else {
             return 0.0;
+        };
+        let average = sum / self.precision;
+        if !average.iter().all(|v| v.is_finite()) {
+            return f64::INFINITY;
         }
-        let average: Vec<Vec<f64>> = (self.sum.iter())
-            .map(|row| row.iter().map(|s| s / self.precision).collect())
-            .collect();
-        let smallest = smallest_eigenvalue(&average);
+        let smallest = average.symmetric_eigenvalues().min();
         let noise_sd = (self.last / f64::from(releases)).sqrt();
         if smallest > 0.0 {
             noise_sd / smallest
