@@ -5,9 +5,11 @@
 //! noise-aware 90 % intervals' mean width over the exact posterior's on the same rows. With
 //! `prior`, each repetition draws θ from the prior N(0, s²) (s = 1, 0.5 for the poisson
 //! family, whose counts must stay within their bound); with `fixed`, θ is the examples'
-//! (0.5, 1, −0.5, …) under a prior sd of 10.
+//! (0.5, 1, −0.5, …) under the examples' prior (`GlmSpec::example`: the logistic family's
+//! weakly informative one, sd 10 for the others), and with `fixed:S` under sd S on every
+//! coefficient (`fixed:10`: the vague prior under which the logistic GLM ran out).
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed] [family] [dims] [epsilons] [seed] [covariates]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed|fixed:S] [family] [dims] [epsilons] [seed] [covariates]
 //!
 //! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`; `all`
 //! for every one); each d has its own rows (3: 2 000, 5: 20 000, 6: 100 000). `seed` (1 by
@@ -19,13 +21,25 @@
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, Covariates, coverage};
+use support::{Config, Covariates, Prior, coverage};
 
 fn main() {
     let reps: u64 = std::env::args()
         .nth(1)
         .map_or(100, |a| a.parse().expect("reps"));
-    let from_prior = std::env::args().nth(2).is_none_or(|a| a == "prior");
+    let truth = std::env::args()
+        .nth(2)
+        .unwrap_or_else(|| "prior".to_string());
+    let fixed = match truth.as_str() {
+        "prior" => None,
+        "fixed" => Some(None),
+        other => Some(Some(
+            other
+                .strip_prefix("fixed:")
+                .and_then(|sd| sd.parse::<f64>().ok())
+                .expect("prior, fixed or fixed:S"),
+        )),
+    };
     let only = std::env::args().nth(3).filter(|f| f != "all");
     let list = |n: usize| -> Option<Vec<f64>> {
         std::env::args()
@@ -68,11 +82,11 @@ fn main() {
                     delta: 1e-5,
                     seed,
                     covariates,
-                    prior_sd: from_prior.then_some(if family == Family::Poisson {
-                        0.5
-                    } else {
-                        1.0
-                    }),
+                    prior: match fixed {
+                        Some(sd) => Prior::Fixed(sd),
+                        None if family == Family::Poisson => Prior::Drawn(0.5),
+                        None => Prior::Drawn(1.0),
+                    },
                 };
                 let c = coverage(config, reps);
                 println!(

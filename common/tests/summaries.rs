@@ -5,7 +5,7 @@
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, Covariates, coverage};
+use support::{Config, Covariates, Prior, coverage};
 
 #[test]
 fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() {
@@ -24,7 +24,7 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
             epsilon: 1.0,
             delta: 1e-5,
             seed: 11,
-            prior_sd: Some(prior_sd),
+            prior: Prior::Drawn(prior_sd),
             covariates: Covariates::Box,
         };
         let c = coverage(config, reps);
@@ -73,10 +73,34 @@ fn the_logistic_glm_is_calibrated_with_covariates_off_the_box_s_centre() {
     off_centre(Family::Logistic, 0.5, 300);
 }
 
+/// A logistic GLM's released summaries on 2 000 rows at ε = 1 cannot tell a slope from a
+/// multiple of it once the score saturates. Under a vague prior (sd 10) with θ fixed at
+/// (0.5, 1, −0.5) the posterior ran out along that ray: over 60 data sets its 90 % intervals
+/// covered 57 % and 16 did not converge. Under the family's default, the weakly informative
+/// prior of its bounds (`models::glm_prior`), these 100 cover at their nominal rates within
+/// three standard errors, and every one converges (200 of them: 49.2 and 88.8 %, ± 2.3, 1.4).
+#[test]
+fn the_logistic_glm_under_its_default_prior_covers_a_fixed_theta() {
+    calibrated(
+        Config {
+            family: Family::Logistic,
+            dim: 3,
+            rows: 2_000,
+            parties: 3,
+            epsilon: 1.0,
+            delta: 1e-5,
+            seed: 1,
+            prior: Prior::Fixed(None),
+            covariates: Covariates::Box,
+        },
+        100,
+    );
+}
+
 /// Asserts `family`'s 50 % and 90 % intervals cover at their nominal rates within three
 /// standard errors, d = 3, 2 000 rows, covariates over the upper half of the box.
 fn off_centre(family: Family, epsilon: f64, reps: u64) {
-    let c = coverage(
+    calibrated(
         Config {
             family,
             dim: 3,
@@ -85,14 +109,20 @@ fn off_centre(family: Family, epsilon: f64, reps: u64) {
             epsilon,
             delta: 1e-5,
             seed: 1,
-            prior_sd: Some(1.0),
+            prior: Prior::Drawn(1.0),
             covariates: Covariates::Offset,
         },
         reps,
     );
+}
+
+/// Asserts that every repetition converged and that the 50 % and 90 % intervals cover at
+/// their nominal rates within three standard errors of the repetitions' spread.
+fn calibrated(config: Config, reps: u64) {
+    let c = coverage(config, reps);
     let ((a50, a90), (se50, se90)) = (c.aware, c.aware_se);
     eprintln!(
-        "off-centre {family:?} GLM: aware {a50:.3} {a90:.3} (se {se50:.3} {se90:.3}), {} converged, width {:.2}",
+        "{config:?}: aware {a50:.3} {a90:.3} (se {se50:.3} {se90:.3}), {} converged, width {:.2}",
         c.converged, c.width
     );
     assert_eq!(c.converged, reps as usize);

@@ -27,12 +27,14 @@ pub enum Preset {
     /// [[1, 0.999], [0.999, 1]], σ0² = 100, θ = (0, 3). Two-dimensional.
     CorrelatedGaussian,
     /// Logistic regression over named columns `feature1 …` (each within [−2, 2]) and a 0/1
-    /// `label`, with an intercept; θ = (0.5, 1, −0.5, …), prior sd 10; d = 3 unless --dim.
-    /// No exact posterior, so no MMD to one.
+    /// `label`, with an intercept; θ = (0.5, 1, −0.5, …); the weakly informative prior of
+    /// Gelman et al. 2008 for these bounds (sd 10 for the intercept, 1.08 per slope); d = 3
+    /// unless --dim. No exact posterior, so no MMD to one.
     LogisticGlm,
-    /// Poisson regression, the same with features within [−1, 1] and counts up to 100.
+    /// Poisson regression, the same with features within [−1, 1], counts up to 100 and
+    /// prior sd 10.
     PoissonGlm,
-    /// Linear regression with noise sd 1 and the label within [−20, 20]; conjugate, so
+    /// Linear regression with noise sd 1, the label within [−20, 20] and prior sd 10; conjugate, so
     /// compared with its exact posterior.
     GaussianGlm,
     /// The circle (Räisä 2020, Sec. 5.1; n = 100 000): ln p(r|θ) = −a(‖θ‖² − r²)², a = 1e-5,

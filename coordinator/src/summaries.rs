@@ -6,8 +6,8 @@
 //! summary and privacy report are those of every variant.
 use std::sync::Arc;
 
-use fedmcmc_common::models::Model;
 use fedmcmc_common::models::summaries::quadratic;
+use fedmcmc_common::models::{Model, glm_prior};
 use fedmcmc_common::noise_aware::hmc::{self, Sampled, Settings};
 use fedmcmc_common::noise_aware::means::MeanPosterior;
 use fedmcmc_common::noise_aware::quadratic::{Approximation, noise_aware};
@@ -169,6 +169,9 @@ pub async fn run<P: PartyHandle>(
         &plans,
     ));
     comments.push(("summaries".to_string(), rounds_line));
+    if let Some(warning) = prior_warning(model.as_ref(), &sampled) {
+        comments.push(("prior".to_string(), warning));
+    }
     comments.push((
         "convergence".to_string(),
         format!(
@@ -349,6 +352,42 @@ impl Start {
     }
 }
 
+/// One sentence when a logistic GLM's posterior slopes run past what the weakly informative
+/// prior of its bounds reaches, under a vaguer prior (`glm_prior::past_weakly_informative`):
+/// its intervals are then the prior's. Post-processing of the draws only.
+fn prior_warning(model: &dyn Model, sampled: &Sampled) -> Option<String> {
+    let q = quadratic(model)?;
+    q.sigmoid()?;
+    let design = q.design_box();
+    // An intercept's column is the constant 1; a feature's bounds have lo < hi.
+    let intercept = design.first() == Some(&[1.0, 1.0]);
+    let features = &design[usize::from(intercept)..];
+    // The GLMs' priors are independent normals: a unit second difference of the log prior
+    // is −1/s² exactly.
+    let mode = model.prior_mode();
+    let prior_sd: Vec<f64> = (0..mode.len())
+        .map(|j| {
+            let at = |step: f64| {
+                let mut t = mode.clone();
+                t[j] += step;
+                model.log_prior(&t)
+            };
+            (2.0 * at(0.0) - at(1.0) - at(-1.0)).recip().sqrt()
+        })
+        .collect();
+    let draws = sampled
+        .chains
+        .iter()
+        .flat_map(|c| &c.states[sampled.warmup..])
+        .map(|x| &x[..mode.len()]);
+    let (median, bound) =
+        glm_prior::past_weakly_informative(intercept, features, &prior_sd, draws)?;
+    let default = glm_prior::weakly_informative_sd(intercept, features);
+    Some(format!(
+        "the posterior's slopes move a row's log-odds by {median:.1} within the public bounds (the median over the draws), past the {bound:.1} that the weakly informative prior of these bounds reaches (Gelman et al. 2008; prior_sd = {default:.3?}, the logistic family's default): where a release this noisy cannot tell the slopes from their multiples, a vaguer prior lets the posterior run out along them, and its intervals are then the prior's, not the data's; that prior, or a larger budget, keeps them in range"
+    ))
+}
+
 /// The chains as the outputs take them: θ at every iteration, warm-up included.
 fn traces(
     sampled: &Sampled,
@@ -372,4 +411,55 @@ fn traces(
             scale: chain.transitions.iter().map(|t| t.step_size).collect(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};
+    use fedmcmc_common::noise_aware::hmc::ChainDraws;
+
+    fn sampled(states: Vec<Vec<f64>>) -> Sampled {
+        Sampled {
+            chains: vec![ChainDraws {
+                states,
+                transitions: Vec::new(),
+            }],
+            warmup: 1,
+            rhat: 1.0,
+            ess: 1000.0,
+            converged: true,
+        }
+    }
+
+    /// The logistic preset under a vague prior sd of 10 (read from its log prior): draws out
+    /// along (7, 8.5, −6.5), as such a posterior ran, are named with the prior that keeps
+    /// them in range; the warm-up's draw is not counted, the same draws under the default
+    /// prior are not named, and the gaussian family is never.
+    #[test]
+    fn a_vague_prior_s_runaway_slopes_are_named_with_the_default_prior() {
+        let far = vec![
+            vec![0.0, 100.0, 100.0],
+            vec![7.0, 8.5, -6.5],
+            vec![6.0, 9.5, -5.5],
+            vec![8.0, 7.5, -7.5],
+        ];
+        let model = |family, prior_sd: Vec<f64>| {
+            let mut spec = GlmSpec::example(family, 3);
+            spec.prior_sd = prior_sd;
+            ModelSpec::Glm(spec).build().unwrap()
+        };
+        let vague = model(Family::Logistic, vec![10.0]);
+        let warning = prior_warning(vague.as_ref(), &sampled(far.clone())).unwrap();
+        assert!(
+            warning.starts_with("the posterior's slopes move a row's log-odds by 30.0 ")
+                && warning.contains("past the 9.0 ")
+                && warning.contains("prior_sd = [10.000, 1.083, 1.083]"),
+            "{warning}"
+        );
+        let default = model(Family::Logistic, Vec::new());
+        assert_eq!(prior_warning(default.as_ref(), &sampled(far.clone())), None);
+        let gaussian = model(Family::Gaussian, vec![10.0]);
+        assert_eq!(prior_warning(gaussian.as_ref(), &sampled(far)), None);
+    }
 }

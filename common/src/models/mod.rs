@@ -25,7 +25,7 @@ pub mod summaries;
 pub use banana::{Banana, BananaSpec};
 pub use circle::{Circle, CircleSpec};
 pub use gaussian::{Gaussian, GaussianSpec};
-pub use glm::{Family, Glm, GlmColumn, GlmSpec};
+pub use glm::{Family, Glm, GlmColumn, GlmSpec, prior as glm_prior};
 pub use grid::{GridError, GridPosterior, MAX_EDGE_MASS};
 pub use mixture::{Mixture, MixtureSpec};
 pub use sufficient::{SufficientStatistics, noisy_log_lik_ratio};

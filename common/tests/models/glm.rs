@@ -1,6 +1,6 @@
 //! Generalised linear models over named, bounded columns.
 use fedmcmc_common::data::Columns;
-use fedmcmc_common::models::{Family, GlmColumn, GlmSpec, Model, ModelSpec};
+use fedmcmc_common::models::{Family, GlmColumn, GlmSpec, Model, ModelSpec, glm_prior};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -225,6 +225,27 @@ fn glm_specs_deserialise_and_are_validated_clearly() {
     let ModelSpec::Glm(glm) = &spec else { panic!() };
     assert!(glm.intercept && glm.temperature == 1.0 && glm.noise_sd.is_none());
     assert_eq!(spec.build().unwrap().dim(), 2);
+    // Without prior_sd the logistic family takes the weakly informative prior of its bounds.
+    let bare: ModelSpec = serde_json::from_str(
+        r#"{"kind": "glm", "family": "logistic", "label": {"name": "outcome"},
+            "features": [{"name": "age", "bounds": [18, 90]}]}"#,
+    )
+    .unwrap();
+    let ModelSpec::Glm(mut explicit) = bare.clone() else {
+        panic!()
+    };
+    explicit.prior_sd = glm_prior::weakly_informative_sd(true, &[[18.0, 90.0]]);
+    let (bare, explicit) = (
+        bare.build().unwrap(),
+        ModelSpec::Glm(explicit).build().unwrap(),
+    );
+    for theta in [[0.0, 0.0], [1.5, -0.2], [-7.0, 0.4]] {
+        assert_eq!(bare.log_prior(&theta), explicit.log_prior(&theta));
+    }
+    assert_ne!(
+        bare.log_prior(&[1.0, 0.1]),
+        spec.build().unwrap().log_prior(&[1.0, 0.1])
+    );
     for s in glm_specs() {
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<ModelSpec>(&json).unwrap(), s);
@@ -235,7 +256,7 @@ fn glm_specs_deserialise_and_are_validated_clearly() {
         ModelSpec::Glm(s).build().unwrap_err().to_string()
     };
     type Case<'a> = (&'a dyn Fn(&mut GlmSpec), &'a str);
-    let cases: [Case; 11] = [
+    let cases: [Case; 12] = [
         (
             &|s| s.features[1].name = "feature1".into(),
             "column feature1 is named twice",
@@ -279,6 +300,10 @@ fn glm_specs_deserialise_and_are_validated_clearly() {
         (
             &|s| s.noise_sd = Some(0.0),
             "noise_sd must be positive and finite, got 0",
+        ),
+        (
+            &|s| s.prior_sd.clear(),
+            "the gaussian family: prior_sd is required",
         ),
     ];
     for (change, message) in cases {

@@ -26,13 +26,21 @@ pub struct Config {
     pub epsilon: f64,
     pub delta: f64,
     pub seed: u64,
-    /// `Some(s)`: the prior is N(0, s²) on every coefficient and each repetition's true θ
-    /// is drawn from it (the calibration check of Bernstein & Sheldon 2018, Sec. 6, under
-    /// which a correct posterior's intervals cover at their nominal rates); `None`: the
-    /// example's θ and prior sd 10.
-    pub prior_sd: Option<f64>,
+    pub prior: Prior,
     /// Where within the public box the simulated covariates lie.
     pub covariates: Covariates,
+}
+
+/// The prior, and where the true θ comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Prior {
+    /// N(0, s²) on every coefficient, and each repetition's true θ drawn from it (the
+    /// calibration check of Bernstein & Sheldon 2018, Sec. 6, under which a correct
+    /// posterior's intervals cover at their nominal rates).
+    Drawn(f64),
+    /// The example's θ (0.5, 1, −0.5, …) under the example's prior (`GlmSpec::example`), or
+    /// under sd s on every coefficient.
+    Fixed(Option<f64>),
 }
 
 /// Where the rows' covariates lie within each feature's public bounds [lo, hi]: the
@@ -210,16 +218,20 @@ fn marginals(
 pub fn run(config: Config) -> Outcome {
     let mut spec = GlmSpec::example(config.family, config.dim);
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-    if let Some(sd) = config.prior_sd {
-        spec.prior_sd = vec![sd];
-        spec.true_theta = Some(
-            (0..config.dim)
-                .map(|_| {
-                    let z: f64 = StandardNormal.sample(&mut rng);
-                    sd * z
-                })
-                .collect(),
-        );
+    match config.prior {
+        Prior::Drawn(sd) => {
+            spec.prior_sd = vec![sd];
+            spec.true_theta = Some(
+                (0..config.dim)
+                    .map(|_| {
+                        let z: f64 = StandardNormal.sample(&mut rng);
+                        sd * z
+                    })
+                    .collect(),
+            );
+        }
+        Prior::Fixed(Some(sd)) => spec.prior_sd = vec![sd],
+        Prior::Fixed(None) => {}
     }
     let truth = spec.true_theta.clone().unwrap();
     // The rows come from the same GLM with its covariates drawn within `covariates`' part of

@@ -95,6 +95,10 @@ pub struct Summary {
     /// How the parties' releases were summed (secure aggregation or plain), and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregation: Option<String>,
+    /// Why the posterior's extent is the prior's, where a logistic GLM's summaries route
+    /// ran past the weakly informative prior under a vaguer one (`summaries.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_warning: Option<String>,
     /// The private initialiser's settings, the point it found and the sd it estimated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initialiser: Option<InitialiserSummary>,
@@ -251,17 +255,20 @@ pub fn summarise(
             delta: p.delta,
         })
         .collect();
+    let comment = |key: &str| {
+        job.comments
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
     Ok(Summary {
         fedmcmc: super::VERSION.to_string(),
         model: model.name().to_string(),
         sampler: job.sampler.variant,
         proposal: job.sampler.proposal,
         init: job.inits.label.clone(),
-        aggregation: job
-            .comments
-            .iter()
-            .find(|(k, _)| k == "aggregation")
-            .map(|(_, v)| v.clone()),
+        aggregation: comment("aggregation"),
+        prior_warning: comment("prior"),
         initialiser: job.initialiser.as_ref().map(|init| InitialiserSummary {
             settings: init.settings,
             point: init.point.clone(),
@@ -399,6 +406,9 @@ pub fn table(s: &Summary) -> String {
         ));
     }
     if let Some(w) = convergence_warning(s) {
+        out.push_str(&format!("\nwarning: {w}\n"));
+    }
+    if let Some(w) = &s.prior_warning {
         out.push_str(&format!("\nwarning: {w}\n"));
     }
     out
@@ -563,6 +573,7 @@ mod tests {
             proposal: ProposalKind::Rw,
             init: "given".into(),
             aggregation: None,
+            prior_warning: None,
             initialiser: None,
             seed: 1,
             partial: false,

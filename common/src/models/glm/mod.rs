@@ -36,6 +36,7 @@ use super::{ExactPosterior, Model, SufficientStatistics, Summaries, fingerprint_
 use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::{ColumnSpec, Columns};
 
+pub mod prior;
 mod spec;
 mod summaries;
 

@@ -60,6 +60,9 @@ pub struct GlmSpec {
     #[serde(default = "default_intercept")]
     pub intercept: bool,
     /// Prior sds: one for every coefficient, or one per coefficient (intercept first).
+    /// Absent (empty), the logistic family takes the weakly informative prior of its bounds
+    /// (`prior.rs`); the other families require it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prior_sd: Vec<f64>,
     /// Prior means, one per coefficient; zero if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +115,9 @@ impl GlmSpec {
     /// The simulations' GLM of `family` with θ of dimension `dim` ≥ 2: an intercept and
     /// features `feature1 …` within [−2, 2] (the poisson family's within [−1, 1], so that
     /// counts stay moderate), label `label` (gaussian: noise sd 1, label within [−20, 20];
-    /// poisson: counts up to 100), prior sd 10, true θ = (0.5, 1, −0.5, 0.25, …).
+    /// poisson: counts up to 100), true θ = (0.5, 1, −0.5, 0.25, …). The logistic family's
+    /// prior is its default, the weakly informative one of its bounds (`prior.rs`: sd 10 for
+    /// the intercept, 1.08 for each slope); the others' is sd 10 on every coefficient.
     pub fn example(family: Family, dim: usize) -> Self {
         let width = if family == Family::Poisson { 1.0 } else { 2.0 };
         let features = (1..dim)
@@ -129,12 +134,18 @@ impl GlmSpec {
                 _ => (-0.5f64).powi(j as i32 - 1),
             })
             .collect();
+        // Empty: the logistic family's default, which follows the bounds and the intercept
+        // as a test may change them.
+        let prior_sd = match family {
+            Family::Logistic => Vec::new(),
+            _ => vec![10.0],
+        };
         GlmSpec {
             family,
             features,
             label: GlmColumn::new("label", label_bounds),
             intercept: true,
-            prior_sd: vec![10.0],
+            prior_sd,
             prior_mean: None,
             noise_sd,
             temperature: 1.0,
@@ -202,8 +213,14 @@ impl GlmSpec {
             (_, None) => 1.0,
         };
         let dim = self.dim();
-        let prior_sd = match self.prior_sd.len() {
-            1 => vec![self.prior_sd[0]; dim],
+        let prior_sd = match (self.prior_sd.len(), family) {
+            (0, Family::Logistic) => super::prior::weakly_informative_sd(self.intercept, &features),
+            (0, _) => {
+                return Err(family_error(
+                    "prior_sd is required (only the logistic family has a default: the weakly informative prior of its bounds)",
+                ));
+            }
+            (1, _) => vec![self.prior_sd[0]; dim],
             _ => self.prior_sd.clone(),
         };
         check_len("prior_sd", dim, prior_sd.len())?;
