@@ -380,11 +380,12 @@ fn prior_warning(model: &dyn Model, sampled: &Sampled) -> Option<String> {
         .iter()
         .flat_map(|c| &c.states[sampled.warmup..])
         .map(|x| &x[..mode.len()]);
-    let (median, bound) =
+    let (reached, bound) =
         glm_prior::past_weakly_informative(intercept, features, &prior_sd, draws)?;
     let default = glm_prior::weakly_informative_sd(intercept, features);
+    let beyond = 100.0 * (1.0 - glm_prior::REACH_QUANTILE);
     Some(format!(
-        "the posterior's slopes move a row's log-odds by {median:.1} within the public bounds (the median over the draws), past the {bound:.1} that the weakly informative prior of these bounds reaches (Gelman et al. 2008; prior_sd = {default:.3?}, the logistic family's default): where a release this noisy cannot tell the slopes from their multiples, a vaguer prior lets the posterior run out along them, and its intervals are then the prior's, not the data's; that prior, or a larger budget, keeps them in range"
+        "the posterior's slopes move a row's log-odds by {reached:.1} within the public bounds ({beyond:.0} % of the draws further), past the {bound:.1} that the weakly informative prior of these bounds reaches (Gelman et al. 2008; prior_sd = {default:.3?}, the logistic family's default): where a release this noisy cannot tell the slopes from their multiples, a vaguer prior lets the posterior run out along them, and its intervals are then the prior's, not the data's; that prior, or a larger budget, keeps them in range"
     ))
 }
 
