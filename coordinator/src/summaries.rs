@@ -362,24 +362,12 @@ fn prior_warning(model: &dyn Model, sampled: &Sampled) -> Option<String> {
     // An intercept's column is the constant 1; a feature's bounds have lo < hi.
     let intercept = design.first() == Some(&[1.0, 1.0]);
     let features = &design[usize::from(intercept)..];
-    // The GLMs' priors are independent normals: a unit second difference of the log prior
-    // is −1/s² exactly.
-    let mode = model.prior_mode();
-    let prior_sd: Vec<f64> = (0..mode.len())
-        .map(|j| {
-            let at = |step: f64| {
-                let mut t = mode.clone();
-                t[j] += step;
-                model.log_prior(&t)
-            };
-            (2.0 * at(0.0) - at(1.0) - at(-1.0)).recip().sqrt()
-        })
-        .collect();
+    let prior_sd = model.prior_sd()?;
     let draws = sampled
         .chains
         .iter()
         .flat_map(|c| &c.states[sampled.warmup..])
-        .map(|x| &x[..mode.len()]);
+        .map(|x| &x[..prior_sd.len()]);
     let (reached, bound) =
         glm_prior::past_weakly_informative(intercept, features, &prior_sd, draws)?;
     let default = glm_prior::weakly_informative_sd(intercept, features);
@@ -433,7 +421,7 @@ mod tests {
         }
     }
 
-    /// The logistic preset under a vague prior sd of 10 (read from its log prior): draws out
+    /// The logistic preset under a vague prior sd of 10: draws out
     /// along (7, 8.5, −6.5), as such a posterior ran, are named with the prior that keeps
     /// them in range; the warm-up's draw is not counted, the same draws under the default
     /// prior are not named, and the gaussian family is never.

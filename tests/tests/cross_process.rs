@@ -234,6 +234,19 @@ fn simulate_runs_a_glm_over_named_columns() {
         summary.get("mmd_to_exact").is_none_or(|v| v.is_null()),
         "{summary}"
     );
+    // The preset takes the logistic family's default prior; the outputs state it.
+    let default = fedmcmc_common::models::glm_prior::weakly_informative_sd(true, &[[-2.0, 2.0]; 2]);
+    let stated: Vec<f64> = summary["prior_sd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(stated, default, "{summary}");
+    assert!(
+        stdout.contains("prior: independent normals, sds [10.000, 1.083, 1.083]"),
+        "{stdout}"
+    );
     let conn = rusqlite::Connection::open(out.join("parties/party-1/rows.sqlite")).unwrap();
     let columns: Vec<String> = conn
         .prepare("SELECT name FROM pragma_table_info('rows')")

@@ -77,6 +77,11 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn grad_log_prior(&self, theta: &[f64], out: &mut [f64]);
     /// The prior's mode: public, so it is where the private initialiser starts its ascent.
     fn prior_mode(&self) -> Vec<f64>;
+    /// Each coefficient's sd where the prior is independent normals (the GLMs), so that the
+    /// outputs can state the prior a run used, its default included.
+    fn prior_sd(&self) -> Option<Vec<f64>> {
+        None
+    }
     /// T · ln p(x|θ), normalising constant included.
     fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64;
     /// ∇_θ T · ln p(x|θ), written into `out` (overwritten, length `dim`).

@@ -166,6 +166,9 @@ pub fn job_comments(
         ("base_seed".to_string(), s.seed.to_string()),
         ("parameters".to_string(), model.parameter_names().join(",")),
     ];
+    if let Some(sd) = model.prior_sd() {
+        c.push(("prior_sd".to_string(), format!("{sd:?}")));
+    }
     for ((p, g), plan) in parties.iter().zip(grants).zip(plans) {
         let mut line = format!(
             "rows={} tau={} noise_multiplier={} releases={}",

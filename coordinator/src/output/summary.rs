@@ -86,6 +86,10 @@ pub struct Summary {
     /// The product's version and git revision ([`super::VERSION`]).
     pub fedmcmc: String,
     pub model: String,
+    /// Each coefficient's prior sd where the prior is independent normals (the GLMs, the
+    /// logistic family's default included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_sd: Option<Vec<f64>>,
     /// The sampler: `variant` and its parameters.
     #[serde(flatten)]
     pub sampler: Variant,
@@ -264,6 +268,7 @@ pub fn summarise(
     Ok(Summary {
         fedmcmc: super::VERSION.to_string(),
         model: model.name().to_string(),
+        prior_sd: model.prior_sd(),
         sampler: job.sampler.variant,
         proposal: job.sampler.proposal,
         init: job.inits.label.clone(),
@@ -352,6 +357,10 @@ pub fn table(s: &Summary) -> String {
         // Replace the blank line above: the aggregation belongs with the job's terms.
         out.pop();
         out.push_str(&format!("aggregation: {a}\n\n"));
+    }
+    if let Some(sd) = &s.prior_sd {
+        out.pop();
+        out.push_str(&format!("prior: independent normals, sds {sd:.3?}\n\n"));
     }
     out += &parameter_table(&s.parameters);
     out.push_str(&format!(
@@ -569,6 +578,7 @@ mod tests {
         Summary {
             fedmcmc: "test".into(),
             model: "glm".into(),
+            prior_sd: None,
             sampler,
             proposal: ProposalKind::Rw,
             init: "given".into(),

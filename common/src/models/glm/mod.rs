@@ -325,6 +325,15 @@ impl Model for Glm {
         self.prior_mean.clone()
     }
 
+    fn prior_sd(&self) -> Option<Vec<f64>> {
+        Some(
+            self.prior_precision
+                .iter()
+                .map(|p| p.sqrt().recip())
+                .collect(),
+        )
+    }
+
     fn log_lik_row(&self, theta: &[f64], row: &[f64]) -> f64 {
         let (eta, y) = (self.predictor(theta, row), row[self.p()]);
         self.temperature
