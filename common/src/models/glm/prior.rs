@@ -17,7 +17,7 @@
 
 /// A slope's sd per two sds of its feature (Gelman et al. 2008, Sec. 2.2).
 pub const SLOPE_SCALE: f64 = 2.5;
-/// The intercept's sd at the box's centre (the same).
+/// The intercept's sd at the box's centre (Gelman et al. 2008, Sec. 2.2, likewise).
 pub const INTERCEPT_SCALE: f64 = 10.0;
 
 /// The weakly informative prior sds, intercept first when there is one, for features within
@@ -48,11 +48,16 @@ pub fn slope_reach_bound(features: &[[f64; 2]]) -> f64 {
     let scaled: Vec<f64> = weakly_informative_sd(false, features)
         .iter()
         .zip(features)
-        .map(|(s, [lo, hi])| s * lo.abs().max(hi.abs()))
+        .map(|(s, bounds)| s * max_abs(bounds))
         .collect();
     let mean: f64 = scaled.iter().sum::<f64>() * mean_abs;
     let var: f64 = scaled.iter().map(|v| v * v).sum::<f64>() * var_abs;
     mean + 3.0 * var.sqrt()
+}
+
+/// How far a feature within `[lo, hi]` reaches from 0: its multiplier in a row's predictor.
+fn max_abs([lo, hi]: &[f64; 2]) -> f64 {
+    lo.abs().max(hi.abs())
 }
 
 /// The quantile of the slopes' reach over a posterior's draws that [`past_weakly_informative`]
@@ -86,7 +91,7 @@ pub fn past_weakly_informative<'a>(
             theta[first..]
                 .iter()
                 .zip(features)
-                .map(|(t, [lo, hi])| t.abs() * lo.abs().max(hi.abs()))
+                .map(|(t, bounds)| t.abs() * max_abs(bounds))
                 .sum()
         })
         .collect();
