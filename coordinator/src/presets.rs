@@ -34,8 +34,8 @@ pub enum Preset {
     /// Poisson regression, the same with features within [−1, 1], counts up to 100 and
     /// prior sd 10.
     PoissonGlm,
-    /// Linear regression with noise sd 1, the label within [−20, 20] and prior sd 10; conjugate, so
-    /// compared with its exact posterior.
+    /// Linear regression with noise sd 1, the label within [−20, 20] and prior sd 10;
+    /// conjugate, so compared with its exact posterior.
     GaussianGlm,
     /// The circle (Räisä 2020, Sec. 5.1; n = 100 000): ln p(r|θ) = −a(‖θ‖² − r²)², a = 1e-5,
     /// flat prior, rows r ~ N(3, 1); the posterior is a ring with mean at the origin.
