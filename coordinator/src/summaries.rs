@@ -359,8 +359,7 @@ fn prior_warning(model: &dyn Model, sampled: &Sampled) -> Option<String> {
     let q = quadratic(model)?;
     q.sigmoid()?;
     let design = q.design_box();
-    // An intercept's column is the constant 1; a feature's bounds have lo < hi.
-    let intercept = design.first() == Some(&[1.0, 1.0]);
+    let intercept = q.intercept();
     let features = &design[usize::from(intercept)..];
     let prior_sd = model.prior_sd()?;
     let draws = sampled

@@ -89,6 +89,8 @@ pub trait QuadraticSummaries: Summaries {
     fn block_bounds(&self, centre: &[f64], window: f64) -> (f64, f64);
     /// Each design column's public bounds [lo, hi] (the intercept's [1, 1] first).
     fn design_box(&self) -> Vec<[f64; 2]>;
+    /// True when the first coefficient is an intercept (its design column the constant 1).
+    fn intercept(&self) -> bool;
 }
 
 /// The Gaussian-likelihood models' summaries: S = T·Σ(x − c) over rows within the public

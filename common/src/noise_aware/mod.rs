@@ -8,6 +8,7 @@
 //! samples either with exact gradients, at no further privacy cost.
 use rand_distr::Distribution;
 
+mod covariates;
 mod factor;
 pub mod hmc;
 pub mod means;

@@ -35,11 +35,12 @@ use std::sync::Arc;
 
 use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 
+use super::covariates::CovariateModel;
 use super::sigmoid::Bend;
 use super::tilted::TiltedPosterior;
 use super::{LogDensity, factor};
 use crate::models::Model;
-use crate::models::summaries::quadratic;
+use crate::models::summaries::{QuadraticSummaries, quadratic};
 
 /// The power of det A in the prior of a latent curvature A: 1, flat in the release's means
 /// (the module's comment). Measured on the calibration example's 100 repetitions per row,
@@ -424,15 +425,7 @@ pub fn noise_aware(model: &Arc<dyn Model>, release: Release, rows: u64) -> Noise
         let initial = posterior.initial();
         (Box::new(posterior), initial)
     } else {
-        let bend = summaries.and_then(|q| {
-            let temperature = q.sigmoid()?;
-            Some(Bend::new(
-                temperature,
-                rows,
-                &q.design_box(),
-                &release.centre,
-            ))
-        });
+        let bend = summaries.and_then(|q| bend_of(q, &release, rows));
         let posterior = QuadraticPosterior::new(Arc::clone(model), release, bend);
         let initial = posterior.initial(model.as_ref());
         (Box::new(posterior), initial)
@@ -443,6 +436,16 @@ pub fn noise_aware(model: &Arc<dyn Model>, release: Release, rows: u64) -> Noise
         model: Arc::clone(model),
         tilted,
     }
+}
+
+/// The logistic family's bend (`sigmoid.rs`) of `release` over `rows` rows, under the
+/// covariates' moments its curvature Â (made positive definite) weighs them by
+/// (`covariates.rs`); `None` for a family whose score is not a sigmoid's.
+fn bend_of(q: &dyn QuadraticSummaries, release: &Release, rows: u64) -> Option<Bend> {
+    let temperature = q.sigmoid()?;
+    let a = positive_definite(&release.a_matrix(), floor_of(release));
+    let covariates = CovariateModel::as_released(&a, &q.design_box(), q.intercept());
+    Some(Bend::new(temperature, rows, covariates, &release.centre))
 }
 
 /// The naive plug-in posterior, for comparison only: ĝ and Â taken as exact, so

@@ -217,6 +217,10 @@ impl QuadraticSummaries for Glm {
             .chain(self.features.iter().copied())
             .collect()
     }
+
+    fn intercept(&self) -> bool {
+        self.intercept
+    }
 }
 
 #[cfg(test)]

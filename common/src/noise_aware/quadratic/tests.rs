@@ -23,7 +23,7 @@ fn release() -> (Arc<dyn Model>, Release) {
 /// The logistic bend (`sigmoid.rs`) of `release`'s model over `rows` rows.
 fn bend(model: &dyn Model, release: &Release, rows: u64) -> Bend {
     let q = quadratic(model).expect("a GLM has quadratic summaries");
-    Bend::new(q.sigmoid().unwrap(), rows, &q.design_box(), &release.centre)
+    bend_of(q, release, rows).expect("a logistic GLM's score is a sigmoid's")
 }
 
 #[test]
