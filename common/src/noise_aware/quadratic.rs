@@ -444,7 +444,8 @@ pub fn noise_aware(model: &Arc<dyn Model>, release: Release, rows: u64) -> Noise
 fn bend_of(q: &dyn QuadraticSummaries, release: &Release, rows: u64) -> Option<Bend> {
     let temperature = q.sigmoid()?;
     let a = positive_definite(&release.a_matrix(), floor_of(release));
-    let covariates = CovariateModel::as_released(&a, &q.design_box(), q.intercept());
+    let covariates =
+        CovariateModel::as_released(&a, &q.design_box(), q.intercept(), &release.centre);
     Some(Bend::new(temperature, rows, covariates, &release.centre))
 }
 
