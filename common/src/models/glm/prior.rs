@@ -12,8 +12,8 @@
 //! at 2 000 rows and ε ≤ 1 cannot tell a slope from a multiple of it once the score saturates,
 //! and the noise-aware posterior ran out along that ray (60 data sets, θ fixed at
 //! (0.5, 1, −0.5): 90 % intervals covered 61 and 57 % at ε 0.5 and 1, 2 and 16 unconverged);
-//! under this prior (sds 10, 1.08, 1.08), over 200 data sets, they covered 94.0, 88.8, 90.2
-//! and 90.0 % at ε 0.5, 1, 3 and 10, every posterior converged (docs/design.md §3).
+//! under this prior (sds 10, 1.08, 1.08), over 200 data sets, they covered 94.2, 89.7, 90.2
+//! and 90.3 % at ε 0.5, 1, 3 and 10, every posterior converged (docs/design.md §3).
 
 /// A slope's sd per two sds of its feature (Gelman et al. 2008, Sec. 2.2).
 pub const SLOPE_SCALE: f64 = 2.5;
