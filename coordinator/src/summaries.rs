@@ -420,10 +420,10 @@ mod tests {
         }
     }
 
-    /// The logistic preset under a vague prior sd of 10: draws out
-    /// along (7, 8.5, −6.5), as such a posterior ran, are named with the prior that keeps
-    /// them in range; the warm-up's draw is not counted, the same draws under the default
-    /// prior are not named, and the gaussian family is never.
+    /// The logistic preset under a vague prior sd of 10: draws out along (7, 8.5, −6.5), as
+    /// such a posterior ran, are named with the prior that keeps them in range; the warm-up's
+    /// draw is not counted, the same draws under the default prior are not named, and the
+    /// gaussian family is never.
     #[test]
     fn a_vague_prior_s_runaway_slopes_are_named_with_the_default_prior() {
         let far = vec![

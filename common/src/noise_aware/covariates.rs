@@ -36,11 +36,16 @@ const MATCHED: f64 = 1e-10;
 /// x̃ ~ N(μ, S): μ₀ = 1 and S zero in the intercept's row and column where there is one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CovariateModel {
-    pub mu: DVector<f64>,
-    pub s: DMatrix<f64>,
+    mu: DVector<f64>,
+    s: DMatrix<f64>,
 }
 
 impl CovariateModel {
+    /// The design's columns, the intercept's included.
+    pub fn dim(&self) -> usize {
+        self.mu.len()
+    }
+
     /// Each design column uniform over its public bounds, independent, as a normal with
     /// those moments: μⱼ the bounds' midpoint, Sⱼⱼ their width²/12 (an intercept's [1, 1]
     /// is the constant 1).

@@ -55,11 +55,7 @@ impl Bend {
     /// The bend for `rows` rows at temperature `temperature` under the model `covariates`
     /// of the design (an intercept's constant 1 included), about `centre`.
     pub fn new(temperature: f64, rows: u64, covariates: CovariateModel, centre: &[f64]) -> Self {
-        assert_eq!(
-            centre.len(),
-            covariates.mu.len(),
-            "one column per coefficient"
-        );
+        assert_eq!(centre.len(), covariates.dim(), "one column per coefficient");
         let mut bend = Bend {
             mass: temperature * rows as f64,
             covariates,
