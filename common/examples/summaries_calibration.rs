@@ -9,19 +9,22 @@
 //! weakly informative one, sd 10 for the others), and with `fixed:S` under sd S on every
 //! coefficient (`fixed:10`: the vague prior under which the logistic GLM ran out).
 //!
-//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed|fixed:S] [family] [dims] [epsilons] [seed] [covariates]
+//! cargo run --release -p fedmcmc-common --example summaries_calibration -- [reps] [prior|fixed|fixed:S] [family] [dims] [epsilons] [seed] [covariates] [curvature]
 //!
 //! `dims` and `epsilons` select rows by comma-separated lists (e.g. `5,6` and `0.5,1`; `all`
 //! for every one); each d has its own rows (3: 2 000, 5: 20 000, 6: 100 000). `seed` (1 by
 //! default) is the first repetition's; repetition r uses seed + 1000r. `covariates` says
 //! where the rows' covariates lie within the public box the posterior knows: `box` (uniform
 //! over it, the default), `inner` (uniform over the middle half of each feature's bounds) or
-//! `offset` (uniform over the upper half).
+//! `offset` (uniform over the upper half). `curvature` is `released` (the product's
+//! posterior, the default) or `known`: a diagnostic oracle that tells the posterior the
+//! rows' own curvature A in place of the release's Â (`support::Curvature::Known`), to
+//! separate what the latent curvature costs from everything else.
 #[path = "../tests/support/summaries.rs"]
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, Covariates, Prior, coverage};
+use support::{Config, Covariates, Curvature, Prior, coverage};
 
 fn main() {
     let reps: u64 = std::env::args()
@@ -53,6 +56,11 @@ fn main() {
     let covariates = std::env::args().nth(7).map_or(Covariates::Box, |a| {
         Covariates::parse(&a).expect("covariates: box, inner or offset")
     });
+    let curvature = match std::env::args().nth(8).as_deref() {
+        None | Some("released") => Curvature::Released,
+        Some("known") => Curvature::Known,
+        Some(other) => panic!("curvature: released or known, not {other}"),
+    };
     let (dims, epsilons) = (list(4), list(5));
     let chosen = |set: &Option<Vec<f64>>, v: f64| set.as_ref().is_none_or(|s| s.contains(&v));
     println!(
@@ -82,6 +90,7 @@ fn main() {
                     delta: 1e-5,
                     seed,
                     covariates,
+                    curvature,
                     prior: match fixed {
                         Some(sd) => Prior::Fixed(sd),
                         None if family == Family::Poisson => Prior::Drawn(0.5),

@@ -5,7 +5,7 @@
 mod support;
 
 use fedmcmc_common::models::Family;
-use support::{Config, Covariates, Prior, coverage};
+use support::{Config, Covariates, Curvature, Prior, coverage};
 
 #[test]
 fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() {
@@ -26,6 +26,7 @@ fn noise_aware_intervals_cover_at_their_nominal_rates_and_plug_in_ones_do_not() 
             seed: 11,
             prior: Prior::Drawn(prior_sd),
             covariates: Covariates::Box,
+            curvature: Curvature::Released,
         };
         let c = coverage(config, reps);
         let ((a50, a90), (p50, p90), (e50, e90)) = (c.aware, c.plug_in, c.exact);
@@ -92,6 +93,7 @@ fn the_logistic_glm_under_its_default_prior_covers_a_fixed_theta() {
             seed: 1,
             prior: Prior::Fixed(None),
             covariates: Covariates::Box,
+            curvature: Curvature::Released,
         },
         100,
     );
@@ -111,6 +113,7 @@ fn off_centre(family: Family, epsilon: f64, reps: u64) {
             seed: 1,
             prior: Prior::Drawn(1.0),
             covariates: Covariates::Offset,
+            curvature: Curvature::Released,
         },
         reps,
     );

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use fedmcmc_common::accountant::max_mu;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::diagnostics::quantile;
+use fedmcmc_common::models::summaries::split_summary;
 use fedmcmc_common::models::{Family, GlmSpec, Model, ModelSpec};
 use fedmcmc_common::noise_aware::hmc::{Settings, sample_until_converged};
 use fedmcmc_common::noise_aware::quadratic::{Approximation, PlugInPosterior, noise_aware};
@@ -31,6 +32,24 @@ pub struct Config {
     pub prior: Prior,
     /// Where within the public box the simulated covariates lie.
     pub covariates: Covariates,
+    /// What the noise-aware posterior is told of the curvature A.
+    pub curvature: Curvature,
+}
+
+/// What the noise-aware posterior conditions on for the quadratic summaries' curvature A.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[allow(
+    dead_code,
+    reason = "the calibration example's diagnostic; the tests condition on the release"
+)]
+pub enum Curvature {
+    /// The release's Â, A latent: the product's posterior.
+    Released,
+    /// An oracle, for diagnosis only: Â replaced by the pooled rows' own A at the finals'
+    /// centre, and its stated noise variance by a thousandth of the release's, so the
+    /// latent A is pinned within 3 % of one release's noise sd. Whatever the oracle's
+    /// intervals lack of their nominal rates is not the latent curvature's doing.
+    Known,
 }
 
 /// The prior, and where the true θ comes from.
@@ -268,7 +287,12 @@ pub fn run(config: Config) -> Outcome {
         }
         rounds.record(&sum, config.parties as f64 * sd * sd);
     }
-    let release = rounds.finish().unwrap().quadratic();
+    let mut release = rounds.finish().unwrap().quadratic();
+    if config.curvature == Curvature::Known {
+        let rows_own = summaries.summary(&data, &release.centre, 0.0, 1.0);
+        release.a = split_summary(config.dim, &rows_own).1;
+        release.curvature_noise_variance *= 1e-3;
+    }
     let aware = noise_aware(&model, release.clone(), config.rows as u64);
     // The chains start as the product's do (`coordinator/src/summaries.rs`): θ spread about
     // the approximation's mode by twice its sds, so that R̂ sees a posterior's other modes.
