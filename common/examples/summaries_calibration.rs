@@ -15,8 +15,9 @@
 //! for every one); each d has its own rows (3: 2 000, 5: 20 000, 6: 100 000). `seed` (1 by
 //! default) is the first repetition's; repetition r uses seed + 1000r. `covariates` says
 //! where the rows' covariates lie within the public box the posterior knows: `box` (uniform
-//! over it, the default), `inner` (uniform over the middle half of each feature's bounds) or
-//! `offset` (uniform over the upper half). `curvature` is `released` (the product's
+//! over it, the default), `inner` (uniform over the middle half of each feature's bounds),
+//! `offset` (uniform over the upper half) or `normal` (normal about the box's centre, sd a
+//! quarter of each half-width). `curvature` is `released` (the product's
 //! posterior, the default) or `known`: a diagnostic oracle that tells the posterior the
 //! rows' own curvature A in place of the release's Â (`support::Curvature::Known`), to
 //! separate what the latent curvature costs from everything else.
@@ -54,7 +55,7 @@ fn main() {
         .nth(6)
         .map_or(1, |a| a.parse().expect("seed"));
     let covariates = std::env::args().nth(7).map_or(Covariates::Box, |a| {
-        Covariates::parse(&a).expect("covariates: box, inner or offset")
+        Covariates::parse(&a).expect("covariates: box, inner, offset or normal")
     });
     let curvature = match std::env::args().nth(8).as_deref() {
         None | Some("released") => Curvature::Released,

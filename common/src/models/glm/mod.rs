@@ -29,7 +29,6 @@
 //! column by column into stack buffers, so no row is copied and nothing is allocated.
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, RngExt};
-use rand_distr::{Distribution, Poisson, StandardNormal};
 
 use super::mvn::MvNormal;
 use super::{ExactPosterior, Model, SufficientStatistics, Summaries, fingerprint_of};
@@ -37,6 +36,7 @@ use crate::clip::{ClippedSum, clip, norm_sq_bound};
 use crate::data::{ColumnSpec, Columns};
 
 pub mod prior;
+mod simulate;
 mod spec;
 mod summaries;
 
@@ -466,32 +466,12 @@ impl Model for Glm {
     /// label's bounds so that every row is admitted (the gaussian label's bounds should be
     /// wide enough that clamping is rare: the exact posterior is that of the rows as drawn).
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {
-        let p = self.p();
-        let mut values = vec![0.0; n * (p + 1)];
-        let mut row = vec![0.0; p + 1];
-        let [y_lo, y_hi] = self.label;
-        for i in 0..n {
-            for (x, [lo, hi]) in row.iter_mut().zip(&self.features) {
+        let features = self.features.clone();
+        self.simulate_with(theta, n, rng, &mut |row, rng| {
+            for (x, [lo, hi]) in row.iter_mut().zip(&features) {
                 *x = lo + (hi - lo) * rng.random::<f64>();
             }
-            let eta = self.predictor(theta, &row);
-            let y = match self.family {
-                Family::Gaussian => {
-                    let z: f64 = StandardNormal.sample(&mut *rng);
-                    eta + self.noise_var.sqrt() * z
-                }
-                Family::Logistic => f64::from(u8::from(rng.random::<f64>() < sigmoid(eta))),
-                // A mean beyond the largest count is clamped there anyway.
-                Family::Poisson => Poisson::new(eta.exp().clamp(f64::MIN_POSITIVE, y_hi + 1.0))
-                    .expect("a positive finite mean")
-                    .sample(&mut *rng),
-            };
-            row[p] = y.clamp(y_lo, y_hi);
-            for (j, v) in row.iter().enumerate() {
-                values[j * n + i] = *v;
-            }
-        }
-        Columns::from_column_major(n, p + 1, values).expect("finite simulated data")
+        })
     }
 
     /// The gaussian family's conjugate update, with X̃ the design and Λ₀ the prior precision:
