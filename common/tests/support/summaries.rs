@@ -47,8 +47,9 @@ pub enum Curvature {
     Released,
     /// An oracle, for diagnosis only: Â replaced by the pooled rows' own A at the finals'
     /// centre, and its stated noise variance by a thousandth of the release's, so the
-    /// latent A is pinned within 3 % of one release's noise sd. Whatever the oracle's
-    /// intervals lack of their nominal rates is not the latent curvature's doing.
+    /// latent A keeps within about 3 % of the release's noise sd of the truth (smaller
+    /// still, the sampler slows to a crawl). Whatever the oracle's intervals lack of their
+    /// nominal rates is not the latent curvature's doing.
     Known,
 }
 
