@@ -466,9 +466,8 @@ impl Model for Glm {
     /// label's bounds so that every row is admitted (the gaussian label's bounds should be
     /// wide enough that clamping is rare: the exact posterior is that of the rows as drawn).
     fn simulate(&self, theta: &[f64], n: usize, rng: &mut dyn Rng) -> Columns {
-        let features = self.features.clone();
         self.simulate_with(theta, n, rng, &mut |row, rng| {
-            for (x, [lo, hi]) in row.iter_mut().zip(&features) {
+            for (x, [lo, hi]) in row.iter_mut().zip(&self.features) {
                 *x = lo + (hi - lo) * rng.random::<f64>();
             }
         })

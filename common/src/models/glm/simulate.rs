@@ -7,9 +7,9 @@ use super::{Family, Glm, sigmoid};
 use crate::data::Columns;
 
 impl Glm {
-    /// [`Model::simulate`](crate::models::Model::simulate) with the features each row's `features` draws (within their
-    /// bounds, which the labels' model does not check): the calibration support draws
-    /// covariates that do not fill the box, or are not uniform, with it.
+    /// [`Model::simulate`](crate::models::Model::simulate) with each row's features drawn
+    /// by `features` (within their bounds, which the labels' model does not check): the
+    /// calibration support draws covariates that do not fill the box, or are not uniform.
     pub fn simulate_with(
         &self,
         theta: &[f64],
