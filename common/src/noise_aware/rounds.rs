@@ -439,7 +439,7 @@ impl Rounds {
     /// 1/(vₖ + (¼(uₖ + u) + Dₖ)‖c − cₖ‖²), counting the noise that moving brings in with
     /// both curvatures and the change as a slope times the step: the logistic d = 3 rows
     /// (2 000 rows, 200 repetitions) covered 95.0 and 92.8 % at ε 0.5 and 1 against 94.8
-    /// and 92.2 % (the excess there is the latent curvature's: `tests/support/summaries.rs`,
+    /// and 92.2 % (the excess there is mostly the latent curvature's: `tests/support/summaries.rs`,
     /// `Curvature::Known`).
     ///
     /// An exact summary (the gaussian GLM) is pooled without moving: every release at any

@@ -55,7 +55,7 @@ pub const MAX_HIDDEN_EMPHASIS: f64 = 6.0;
 /// (`covariates.rs`), 90.7, 88.3, 92.3 % with the rule (85.2 % at ε 0.5 without it, over
 /// 300). In the box (`hidden` below 0.5 at ε 0.5 in nine repetitions of ten, below 0.16 at
 /// ε 1): 94.8, 92.2, 90.5 % in intervals 6.47, 3.80, 1.72 times the exact width, an
-/// excess that is the latent curvature's (with A known, 89.5 and 90.8 % at ε 0.5 and 1 in
+/// excess mostly the latent curvature's (with A known, 89.5 and 90.8 % at ε 0.5 and 1 in
 /// 5.34 and 3.27; docs/design.md §3).
 pub fn hidden_emphasis(hidden: f64) -> f64 {
     if hidden.is_nan() {
