@@ -51,7 +51,9 @@ use crate::models::summaries::{QuadraticSummaries, quadratic};
 /// A higher power, which would favour larger curvatures and so narrower intervals where the
 /// logistic d = 3 ones err wide, was measured and not kept: ∝ (det A)² took its ε 0.5 row
 /// (200 repetitions) only from 94.8 to 93.7 %, and (det A)¹ is Jeffreys's power for this
-/// model (the information of (θ, A) has determinant ∝ (det A)²).
+/// model (the information of (θ, A) has determinant ∝ (det A)²). In this model computed
+/// exactly with A fixed (`examples/latent_curvature.rs`), no power calibrates every noise
+/// level: at Â's noise a sixth of A, p = 0, 1, 2 cover 93.7, 92.9, 92.3 % (A known 89.6 %).
 pub const MEANS_PRIOR: f64 = 1.0;
 
 /// One quadratic summary as the federation released it (summed over the parties).
