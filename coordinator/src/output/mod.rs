@@ -17,6 +17,7 @@ pub mod draws_csv;
 pub mod plots;
 pub mod rebuild;
 pub mod summary;
+pub mod table;
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
@@ -115,7 +116,7 @@ pub fn finish(
     std::fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     let (fewest, most) = job.steps_range();
-    let mut table = summary::table(&s);
+    let mut table = table::table(&s);
     for u in &job.unclosed {
         table += &format!("\nNOT CLOSED: {u}\n");
     }

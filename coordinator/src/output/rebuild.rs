@@ -91,7 +91,7 @@ pub fn summarise(dir: &Path) -> anyhow::Result<Rebuilt> {
     }
     table += &format!(
         "; statistics over the first {draws} draws of each chain\n\n{}",
-        summary::parameter_table(&parameters)
+        super::table::parameter_table(&parameters)
     );
     Ok(Rebuilt {
         table,
