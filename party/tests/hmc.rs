@@ -4,9 +4,8 @@
 //! the noise it states.
 mod contract;
 
-use contract::{
-    Call, QueryKind, RunRef, StepAt, decided_alike, hmc_plan, initialiser_plan, plan, step_as, tau,
-};
+use contract::plans::{hmc_plan, initialiser_plan, plan, tau};
+use contract::{Call, QueryKind, RunRef, StepAt, decided_alike, step_as};
 use fedmcmc_common::accountant::Choice;
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::mechanism::accounting_budget;

@@ -4,7 +4,8 @@
 //! them identically, with finite answers (DESIGN §1; the contract in `release.rs`).
 mod contract;
 
-use contract::{Call, Neighbouring, QueryKind, RunRef, StepAt, decided_alike, plan, step, tau};
+use contract::plans::{plan, tau};
+use contract::{Call, Neighbouring, QueryKind, RunRef, StepAt, decided_alike, step};
 use fedmcmc_party::config::BudgetConfig;
 use fedmcmc_proto::v1 as pb;
 use proptest::prelude::*;

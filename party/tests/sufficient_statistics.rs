@@ -5,9 +5,10 @@
 //! statistics refuses the variant. The query carries no θ, so there is no θ to refuse.
 mod contract;
 
+use contract::plans::{plan, sufficient_plan, tau};
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, plan, refused,
-    replayed, step_as, sufficient_plan, tau,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, refused,
+    replayed, step_as,
 };
 use fedmcmc_common::accountant::{Choice, Method};
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};

@@ -6,9 +6,10 @@
 //! window, and a party whose model has no summaries refuses the variant.
 mod contract;
 
+use contract::plans::{plan, summaries_plan, tau};
 use contract::{
-    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, plan, refused,
-    replayed, step_as, summaries_plan, tau,
+    Call, Decision, QueryKind, RunRef, StepAt, Subject, decided_alike_for, fresh, refused,
+    replayed, step_as,
 };
 use fedmcmc_common::accountant::{Choice, Method};
 use fedmcmc_common::models::{Family, GlmSpec, ModelSpec};

@@ -3,7 +3,8 @@
 //! releases carry the noise they state.
 mod contract;
 
-use contract::{Call, QueryKind, barker_plan, decided_alike, minibatch_plan, plan, step_as, tau};
+use contract::plans::{barker_plan, minibatch_plan, plan, tau};
+use contract::{Call, QueryKind, decided_alike, step_as};
 use fedmcmc_common::accountant::{Choice, Composition, MechanismKind, Method, Release};
 use fedmcmc_common::mechanism::accounting_budget;
 use fedmcmc_common::models::ModelSpec;
