@@ -39,7 +39,7 @@ impl LatentMarginals {
         let d = release.centre.len();
         let a_hat = DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
         let sd_a = release.curvature_noise_variance.sqrt();
-        let (offset, v) = prior_terms(release, prior);
+        let terms = Terms::of(release, prior);
         let (mut log_weights, mut out) = (Vec::new(), Self::empty());
         for _ in 0..draws {
             let mut a = a_hat.clone();
@@ -53,12 +53,12 @@ impl LatentMarginals {
             let Some(det) = a.clone().cholesky().map(|c| c.determinant()) else {
                 continue;
             };
-            let s = &a + DMatrix::identity(d, d) * release.noise_variance + &a * &v * &a;
+            let s = &a + DMatrix::identity(d, d) * release.noise_variance + &a * &terms.v * &a;
             let s = s.cholesky().expect("S ⪰ σ²I");
-            let r = DVector::from_column_slice(&release.g) - &a * &offset;
+            let r = &terms.g - &a * &terms.offset;
             let log_det_s = 2.0 * s.l().diagonal().iter().map(|x| x.ln()).sum::<f64>();
             log_weights.push(det_power * det.ln() - 0.5 * r.dot(&s.solve(&r)) - 0.5 * log_det_s);
-            out.push_conditional(release, prior, &a);
+            out.push_conditional(release, &terms, &a);
         }
         let top = log_weights
             .iter()
@@ -77,7 +77,7 @@ impl LatentMarginals {
     )]
     pub fn known(release: &Release, prior: &NormalPrior, a: &DMatrix<f64>) -> Self {
         let mut out = Self::empty();
-        out.push_conditional(release, prior, a);
+        out.push_conditional(release, &Terms::of(release, prior), a);
         out.weights = vec![1.0];
         out
     }
@@ -92,16 +92,14 @@ impl LatentMarginals {
 
     /// θ given A: ĝ ~ N(A(θ − θ_r), C), C = A + σ²I, under the prior N(μ₀, V), so θ − θ_r
     /// has precision H = AC⁻¹A + V⁻¹ and mean H⁻¹(AC⁻¹ĝ + V⁻¹b).
-    fn push_conditional(&mut self, release: &Release, prior: &NormalPrior, a: &DMatrix<f64>) {
+    fn push_conditional(&mut self, release: &Release, terms: &Terms, a: &DMatrix<f64>) {
         let d = a.nrows();
-        let (offset, v) = prior_terms(release, prior);
-        let v_inv = v.try_inverse().expect("a proper prior");
         let c = (a + DMatrix::identity(d, d) * release.noise_variance)
             .cholesky()
             .expect("C ⪰ σ²I");
         let a_c_inv = c.solve(a).transpose();
-        let h = (&a_c_inv * a + &v_inv).cholesky().expect("H ⪰ V⁻¹");
-        let mean = h.solve(&(&a_c_inv * DVector::from_column_slice(&release.g) + v_inv * offset));
+        let h = (&a_c_inv * a + &terms.v_inv).cholesky().expect("H ⪰ V⁻¹");
+        let mean = h.solve(&(&a_c_inv * &terms.g + &terms.v_inv * &terms.offset));
         let covariance = h.inverse();
         self.means
             .push((0..d).map(|j| release.centre[j] + mean[j]).collect());
@@ -132,17 +130,30 @@ impl LatentMarginals {
     }
 }
 
-/// b = μ₀ − θ_r and V, the prior's covariance.
-fn prior_terms(release: &Release, prior: &NormalPrior) -> (DVector<f64>, DMatrix<f64>) {
-    let d = release.centre.len();
-    (
-        DVector::from_fn(d, |i, _| prior.mean[i] - release.centre[i]),
-        DMatrix::from_fn(d, d, |i, j| {
+/// What every draw of A shares, computed once: ĝ, b = μ₀ − θ_r, and V (the prior's
+/// covariance) with its inverse.
+struct Terms {
+    g: DVector<f64>,
+    offset: DVector<f64>,
+    v: DMatrix<f64>,
+    v_inv: DMatrix<f64>,
+}
+
+impl Terms {
+    fn of(release: &Release, prior: &NormalPrior) -> Self {
+        let d = release.centre.len();
+        let v = DMatrix::from_fn(d, d, |i, j| {
             if i == j {
                 prior.sd[i] * prior.sd[i]
             } else {
                 0.0
             }
-        }),
-    )
+        });
+        Terms {
+            g: DVector::from_column_slice(&release.g),
+            offset: DVector::from_fn(d, |i, _| prior.mean[i] - release.centre[i]),
+            v_inv: v.clone().try_inverse().expect("a proper prior"),
+            v,
+        }
+    }
 }
