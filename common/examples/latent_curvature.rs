@@ -11,11 +11,15 @@
 //! definite), the curvature's noise ignored; and A latent under p = 0, 1 (the product's)
 //! and 2.
 //!
-//! cargo run --release -p fedmcmc-common --example latent_curvature -- [reps] [curvature sd] [noise sd] [seed]
+//! cargo run --release -p fedmcmc-common --example latent_curvature -- [reps] [curvature sd] [noise sd] [seed] [A]
 //!
 //! Defaults: 400 repetitions; A = diag(420, 540, 540), Â's noise sd 77 and ĝ's 97, as in
-//! the logistic calibration rows at d = 3, 2 000 rows and ε 0.5 (A the rows' own at the
-//! finals' centre, the noise sds the release's).
+//! the logistic calibration rows at d = 3, 2 000 rows and ε 0.5 (A the rows' own at one
+//! repetition's finals' centre, the noise sds the release's). `A` is `diag` (that matrix,
+//! the default), `rows0` or `rows`: the curvature of 2 000 fresh logistic rows with their
+//! features uniform over [−2, 2] (the calibration example's at d = 3), Σ σ'(x̃ᵀc) x̃x̃ᵀ, at
+//! the centre c = 0 or at a c drawn from θ's prior independently of θ, so that A varies
+//! between repetitions as the rows' own does with the finals' centre, but says nothing of θ.
 #[path = "../tests/support/latent.rs"]
 mod latent;
 
@@ -26,9 +30,12 @@ use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
+use statrs::function::erf::erfc;
 
 /// Importance draws of A per posterior.
 const DRAWS: usize = 20_000;
+/// Rows in the calibration example at d = 3, whose curvature `rows0` and `rows` draw.
+const ROWS: usize = 2_000;
 
 fn main() {
     let arg = |n: usize, default: f64| {
@@ -43,8 +50,10 @@ fn main() {
         arg(4, 1.0) as u64,
     );
     let d = 3;
-    let a = DMatrix::from_diagonal(&DVector::from_vec(vec![420.0, 540.0, 540.0]));
-    let data_factor = a.clone().cholesky().expect("positive definite").l();
+    let curvature_name = std::env::args()
+        .nth(5)
+        .unwrap_or_else(|| "diag".to_string());
+    let curvature = Curvature::parse(&curvature_name).expect("A: diag, rows0 or rows");
     let (mean, sd) = (vec![0.0; d], vec![1.0; d]);
     let prior = NormalPrior {
         mean: &mean,
@@ -61,14 +70,18 @@ fn main() {
     // the 90 % hits by coefficient.
     let mut shares = vec![Vec::new(); names.len()];
     let mut by_coefficient = vec![vec![0usize; d]; names.len()];
-    // Per way, each interval's posterior sd over the known-A posterior's; the fewest
-    // effective importance draws of any latent posterior.
+    // Per way, each interval's posterior sd over the known-A posterior's; every latent
+    // posterior's effective importance draws.
     let mut widths = vec![Vec::new(); names.len()];
-    let mut fewest = f64::INFINITY;
+    let mut effective = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut normal = move || -> f64 { StandardNormal.sample(&mut rng) };
+    let mut diagonal = Vec::new();
     for _ in 0..reps {
         let theta = DVector::from_fn(d, |_, _| normal());
+        let a = curvature.draw(d, &mut normal);
+        diagonal.push(a[(0, 0)]);
+        let data_factor = a.clone().cholesky().expect("positive definite").l();
         let data = &data_factor * DVector::from_fn(d, |_, _| normal());
         let g = &a * &theta + data + DVector::from_fn(d, |_, _| noise_sd * normal());
         let mut a_hat = vec![vec![0.0; d]; d];
@@ -95,7 +108,7 @@ fn main() {
         ];
         for (k, posterior) in posteriors.iter().enumerate() {
             if k > 1 {
-                fewest = fewest.min(posterior.effective_draws());
+                effective.push(posterior.effective_draws());
             }
             let mut share = [0.0; 2];
             for j in 0..d {
@@ -111,10 +124,16 @@ fn main() {
         }
     }
     println!(
-        "{reps} repetitions, A = diag(420, 540, 540), Â's noise sd {curvature_sd}, ĝ's {noise_sd}"
+        "{reps} repetitions, A {curvature_name} (A₀₀ 10/50/90 %: {:.0}, {:.0}, {:.0}), Â's noise sd {curvature_sd}, ĝ's {noise_sd}",
+        quantile(&diagonal, 0.1),
+        quantile(&diagonal, 0.5),
+        quantile(&diagonal, 0.9)
     );
     println!(
-        "posterior          50 %   90 %   se50   se90   sd/known¹ 90 % by coefficient (importance draws ≥ {fewest:.0} effective)"
+        "posterior          50 %   90 %   se50   se90   sd/known¹ 90 % by coefficient (effective importance draws: fewest {:.0}, 1 % {:.0}, median {:.0})",
+        quantile(&effective, 0.0),
+        quantile(&effective, 0.01),
+        quantile(&effective, 0.5)
     );
     for (k, name) in names.iter().enumerate() {
         let [(m50, s50), (m90, s90)] = [0, 1].map(|c| {
@@ -141,4 +160,48 @@ fn plugged_in(release: &Release) -> DMatrix<f64> {
     let d = release.centre.len();
     let a_hat = DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
     positive_definite(&a_hat, release.curvature_noise_variance.sqrt())
+}
+
+/// Where each repetition's A comes from (the module's comment).
+#[derive(Clone, Copy)]
+enum Curvature {
+    Diag,
+    RowsAtZero,
+    RowsAtPriorDraw,
+}
+
+impl Curvature {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "diag" => Some(Curvature::Diag),
+            "rows0" => Some(Curvature::RowsAtZero),
+            "rows" => Some(Curvature::RowsAtPriorDraw),
+            _ => None,
+        }
+    }
+
+    /// One repetition's A, drawing from `normal` (the rows' features as normals' cdfs).
+    fn draw(self, d: usize, normal: &mut impl FnMut() -> f64) -> DMatrix<f64> {
+        let centre = match self {
+            Curvature::Diag => {
+                return DMatrix::from_diagonal(&DVector::from_vec(vec![420.0, 540.0, 540.0]));
+            }
+            Curvature::RowsAtZero => DVector::zeros(d),
+            Curvature::RowsAtPriorDraw => DVector::from_fn(d, |_, _| normal()),
+        };
+        let mut a = DMatrix::zeros(d, d);
+        for _ in 0..ROWS {
+            let x = DVector::from_fn(d, |j, _| {
+                if j == 0 {
+                    1.0
+                } else {
+                    let u = 0.5 * erfc(-normal() / std::f64::consts::SQRT_2);
+                    4.0 * u - 2.0
+                }
+            });
+            let p = 1.0 / (1.0 + (-x.dot(&centre)).exp());
+            a += &x * x.transpose() * (p * (1.0 - p));
+        }
+        a
+    }
 }
