@@ -36,6 +36,22 @@ impl LatentMarginals {
         draws: usize,
         rng: &mut impl Rng,
     ) -> Self {
+        let g = DVector::from_column_slice(&release.g);
+        Self::latent_moved(release, prior, det_power, draws, rng, |_| (g.clone(), 0.0))
+    }
+
+    /// [`LatentMarginals::latent`] for a release pooled from releases at several centres,
+    /// whose pooled gradient depends on A, which moves each to the release's centre:
+    /// `moved(A)` gives that gradient and the log-likelihood of whatever else the releases
+    /// say of A (their contrasts), which joins each draw's weight.
+    pub fn latent_moved(
+        release: &Release,
+        prior: &NormalPrior,
+        det_power: f64,
+        draws: usize,
+        rng: &mut impl Rng,
+        moved: impl Fn(&DMatrix<f64>) -> (DVector<f64>, f64),
+    ) -> Self {
         let d = release.centre.len();
         let a_hat = DMatrix::from_fn(d, d, |i, j| release.a[i][j]);
         let sd_a = release.curvature_noise_variance.sqrt();
@@ -55,10 +71,13 @@ impl LatentMarginals {
             };
             let s = &a + DMatrix::identity(d, d) * release.noise_variance + &a * &terms.v * &a;
             let s = s.cholesky().expect("S ⪰ σ²I");
-            let r = &terms.g - &a * &terms.offset;
+            let (g, contrasts) = moved(&a);
+            let r = &g - &a * &terms.offset;
             let log_det_s = 2.0 * s.l().diagonal().iter().map(|x| x.ln()).sum::<f64>();
-            log_weights.push(det_power * det.ln() - 0.5 * r.dot(&s.solve(&r)) - 0.5 * log_det_s);
-            out.push_conditional(release, &terms, &a);
+            log_weights.push(
+                det_power * det.ln() - 0.5 * r.dot(&s.solve(&r)) - 0.5 * log_det_s + contrasts,
+            );
+            out.push_conditional(release, &terms, &a, &g);
         }
         let top = log_weights
             .iter()
@@ -77,7 +96,8 @@ impl LatentMarginals {
     )]
     pub fn known(release: &Release, prior: &NormalPrior, a: &DMatrix<f64>) -> Self {
         let mut out = Self::empty();
-        out.push_conditional(release, &Terms::of(release, prior), a);
+        let g = DVector::from_column_slice(&release.g);
+        out.push_conditional(release, &Terms::of(release, prior), a, &g);
         out.weights = vec![1.0];
         out
     }
@@ -92,14 +112,20 @@ impl LatentMarginals {
 
     /// θ given A: ĝ ~ N(A(θ − θ_r), C), C = A + σ²I, under the prior N(μ₀, V), so θ − θ_r
     /// has precision H = AC⁻¹A + V⁻¹ and mean H⁻¹(AC⁻¹ĝ + V⁻¹b).
-    fn push_conditional(&mut self, release: &Release, terms: &Terms, a: &DMatrix<f64>) {
+    fn push_conditional(
+        &mut self,
+        release: &Release,
+        terms: &Terms,
+        a: &DMatrix<f64>,
+        g: &DVector<f64>,
+    ) {
         let d = a.nrows();
         let c = (a + DMatrix::identity(d, d) * release.noise_variance)
             .cholesky()
             .expect("C ⪰ σ²I");
         let a_c_inv = c.solve(a).transpose();
         let h = (&a_c_inv * a + &terms.v_inv).cholesky().expect("H ⪰ V⁻¹");
-        let mean = h.solve(&(&a_c_inv * &terms.g + &terms.v_inv * &terms.offset));
+        let mean = h.solve(&(&a_c_inv * g + &terms.v_inv * &terms.offset));
         let covariance = h.inverse();
         self.means
             .push((0..d).map(|j| release.centre[j] + mean[j]).collect());
@@ -130,10 +156,9 @@ impl LatentMarginals {
     }
 }
 
-/// What every draw of A shares, computed once: ĝ, b = μ₀ − θ_r, and V (the prior's
+/// What every draw of A shares, computed once: b = μ₀ − θ_r, and V (the prior's
 /// covariance) with its inverse.
 struct Terms {
-    g: DVector<f64>,
     offset: DVector<f64>,
     v: DMatrix<f64>,
     v_inv: DMatrix<f64>,
@@ -150,7 +175,6 @@ impl Terms {
             }
         });
         Terms {
-            g: DVector::from_column_slice(&release.g),
             offset: DVector::from_fn(d, |i, _| prior.mean[i] - release.centre[i]),
             v_inv: v.clone().try_inverse().expect("a proper prior"),
             v,
