@@ -79,10 +79,17 @@ fn a_weighted_curvature_is_read_back_with_its_smaller_noise() {
         assert!((got - want).abs() <= 1e-9 * want.abs(), "{got} {want}");
     }
     // The two finals average to Â's noise NOISE/(2κ²), and the unweighted Taylor pilot
-    // (its curvature the finals', so no change is estimated) is pooled in.
+    // (its curvature the finals', so no change is estimated) is pooled in, its g with the
+    // two curvatures' noise its step carries.
     let want = NOISE / (2.0 * kappa * kappa + 1.0);
     assert!((fin.curvature_noise_variance - want).abs() < 1e-12 * want);
-    assert!((fin.noise_variance - NOISE / 3.0).abs() < 1e-12);
+    let step: f64 = (rounds.pilots()[0].centre.iter().zip(&fin.centre))
+        .map(|(p, c)| (c - p).powi(2))
+        .sum();
+    assert!(step > 0.0, "the pilot moved the centre");
+    let moving = 0.25 * (NOISE + NOISE / (2.0 * kappa * kappa)) * step;
+    let want = 1.0 / (2.0 / NOISE + 1.0 / (NOISE + moving));
+    assert!((fin.noise_variance - want).abs() < 1e-12 * want);
 }
 
 #[test]
@@ -186,12 +193,13 @@ fn a_taylor_pilot_pools_with_the_finals() {
     }
 }
 
-/// A Taylor pilot whose curvature differs from the finals' by Δ on the diagonal enters
-/// with weight 1/(v + D), D = mean over A's entries of Δ² less both noises.
+/// A Taylor pilot whose curvature differs from the finals' by Δ on the diagonal enters A's
+/// block with weight 1/(u + D), D = mean over A's entries of Δ² less both noises, and g's
+/// with 1/(v + (¼(u + u_f) + D/TRAPEZOID)‖s‖²), s its step to the finals' centre.
 #[test]
 fn a_pilot_whose_curvature_differs_is_weighted_down() {
     let shift = 1e3;
-    let (_, fin) = walk(|k, c| {
+    let (rounds, fin) = walk(|k, c| {
         let mut a = curvature();
         if k == 1 {
             (0..3).for_each(|i| a[i][i] += shift);
@@ -201,14 +209,25 @@ fn a_pilot_whose_curvature_differs_is_weighted_down() {
     assert_eq!(fin.pooled, 1);
     let finals = NOISE / (f64::from(DEFAULT_RELEASES) - 2.0);
     let change = 3.0 * shift * shift / 6.0 - NOISE - finals;
-    let want = 1.0 / (1.0 / finals + 1.0 / (NOISE + change));
+    let step: f64 = (rounds.pilots()[1].centre.iter().zip(&fin.centre))
+        .map(|(p, c)| (c - p).powi(2))
+        .sum();
+    assert!(step > 0.0, "the pilot was not at the finals' centre");
+    let moving = (0.25 * (NOISE + finals) + change / TRAPEZOID) * step;
+    let want_g = 1.0 / (1.0 / finals + 1.0 / (NOISE + moving));
+    let want_a = 1.0 / (1.0 / finals + 1.0 / (NOISE + change));
     assert!(
-        (fin.noise_variance - want).abs() < 1e-12 * want,
-        "{} {want}",
+        (fin.noise_variance - want_g).abs() < 1e-12 * want_g,
+        "{} {want_g}",
         fin.noise_variance
     );
+    assert!(
+        (fin.curvature_noise_variance - want_a).abs() < 1e-12 * want_a,
+        "{} {want_a}",
+        fin.curvature_noise_variance
+    );
     // Its curvature moves the pooled diagonal by its weight's share of Δ only.
-    let share = (1.0 / (NOISE + change)) * fin.noise_variance;
+    let share = (1.0 / (NOISE + change)) * fin.curvature_noise_variance;
     let (_, pooled_a) = split_summary(3, &fin.value);
     for (i, row) in pooled_a.iter().enumerate() {
         let moved = row[i] - curvature()[i][i];
