@@ -429,23 +429,21 @@ impl Rounds {
     /// The finals pooled with every Taylor pilot. A pilot's summary at cₖ, moved to the
     /// finals' centre c, is the gradient ĝₖ − ½(Âₖ + Â)(c − cₖ) (the trapezoid rule, exact
     /// where the curvature changes linearly between the two) with the curvature Âₖ: an
-    /// estimate of the finals' (g, A) whose error is its noise (variance vₖ per entry of g,
-    /// uₖ of A) plus the curvature's change between the centres. That change is estimated,
-    /// as post-processing, from the released curvatures themselves: the mean over A's
-    /// entries of (Âₖ − Â)², less the two noises it contains (uₖ + u), is an unbiased
-    /// estimate of the squared change Dₖ. Each moved pilot enters the precision-weighted
-    /// average of g with weight 1/(vₖ + Dₖ) and of A with 1/(uₖ + Dₖ), the finals with 1/v
-    /// and 1/u, so each block's error variance is 1/Σ its weights: pilots far from the
-    /// mode, where the curvature differs, count little.
-    /// On the logistic GLM at d = 6, 100 000 rows, the 90 % intervals covered 87.7 and
-    /// 91.5 % at ε = 0.5 and 1 (the plain average 83.5 and 86.8 %; exact 90.0 %; 200
-    /// repetitions) and narrowed from 5.2 to 3.3 times the exact posterior's width at
-    /// ε = 0.5 (docs/design.md §3 has the other rows). Measured and not kept: g's weight
-    /// 1/(vₖ + (¼(uₖ + u) + Dₖ)‖c − cₖ‖²), counting the noise that moving brings in with
-    /// both curvatures and the change as a slope times the step: the logistic d = 3 rows
-    /// (2 000 rows, 200 repetitions) covered 95.0 and 92.8 % at ε 0.5 and 1 against 94.8
-    /// and 92.2 % (the excess there is mostly the latent curvature's: `tests/support/summaries.rs`,
-    /// `Curvature::Known`).
+    /// estimate of the finals' (g, A). Its curvature's error is its noise (variance uₖ per
+    /// entry) plus the curvature's change between the centres, estimated as post-processing
+    /// from the released curvatures themselves: the mean over A's entries of (Âₖ − Â)², less
+    /// the two noises it contains (uₖ + u), is an unbiased estimate of the squared change Dₖ.
+    /// Its gradient's error is its noise vₖ plus what the move adds ([`moved`]). Each block
+    /// is the precision-weighted average of the moved pilots' and the finals' (weights 1/v
+    /// and 1/u), so its error variance is 1/Σ its weights: pilots whose curvature differs
+    /// count little in A, pilots far from the centre little in g.
+    /// On the logistic GLM at d = 6, 100 000 rows, with g then weighted as A, 1/(vₖ + Dₖ),
+    /// the 90 % intervals covered 87.7 and 91.5 % at ε = 0.5 and 1 (the plain average 83.5
+    /// and 86.8 %; exact 90.0 %; 200 repetitions) and narrowed from 5.2 to 3.3 times the
+    /// exact posterior's width at ε = 0.5 (docs/design.md §3 has the other rows). Measured
+    /// and not kept: g's weight 1/(vₖ + (¼(uₖ + u) + Dₖ)‖c − cₖ‖²), the change as a slope
+    /// times the step: the logistic d = 3 rows (2 000 rows, 200 repetitions) covered 95.0
+    /// and 92.8 % at ε 0.5 and 1 against 94.8 and 92.2 %.
     ///
     /// An exact summary (the gaussian GLM) is pooled without moving: every release at any
     /// centre cₖ is ĝₖ = A(θ − cₖ) + ξ + eₖ with the same A and the same data term ξ, so the
