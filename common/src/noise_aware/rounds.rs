@@ -512,7 +512,7 @@ impl Rounds {
 /// (d = 5, 20 000 rows, 30 data sets from seed 600 001 at each of ε 1, 3 and 10; a scratch
 /// build printed each moved gradient against the rows' own g at the finals' centre): for
 /// steps with ‖s‖² < 0.5 the moved g's mean square error was 0.95–1.10 times
-/// vₖ + ¼(uₖ + u)‖s‖², which vₖ + Dₖ, g's former weight, overstated 1.4–30 times; the
+/// vₖ + ¼(uₖ + u)‖s‖², which vₖ + Dₖ, g's former weight, overstated 1.4–170 times; the
 /// 16–20 steps a cell beyond ‖s‖² = 0.5 erred by 1.3, 2.0 and 8.3 times those noise terms.
 /// Under the former weight the pooled ĝ's stated noise variance exceeded its error's, and
 /// the 90 % intervals erred wide (docs/design.md §3).
