@@ -203,6 +203,12 @@ fn measured(a: &DMatrix<f64>, sd: f64, normal: &mut impl FnMut() -> f64) -> Vec<
     a_hat
 }
 
+/// ξ ~ N(0, A): the rows' own score noise, which a release's ĝ carries whatever its budget.
+fn score_noise(a: &DMatrix<f64>, normal: &mut impl FnMut() -> f64) -> DVector<f64> {
+    let factor = a.clone().cholesky().expect("positive definite").l();
+    factor * DVector::from_fn(a.nrows(), |_, _| normal())
+}
+
 /// One repetition's A and its five posteriors when the finals are one release, centred at
 /// the prior's mean or where a pilot measurement of θ puts it.
 fn one_release(
@@ -233,8 +239,7 @@ fn one_release(
         sd: &sd,
     };
     let a = curvature.draw(d, rows, &centre, normal);
-    let data_factor = a.clone().cholesky().expect("positive definite").l();
-    let data = &data_factor * DVector::from_fn(d, |_, _| normal());
+    let data = score_noise(&a, normal);
     let delta = theta - DVector::from_column_slice(&centre);
     let g = &a * delta + data + DVector::from_fn(d, |_, _| noise.noise_sd * normal());
     let release = Release {
@@ -281,8 +286,7 @@ fn two_releases(
         noise.curvature_sd * std::f64::consts::SQRT_2,
     );
     let a = curvature.draw(d, rows, &mean, normal);
-    let data_factor = a.clone().cholesky().expect("positive definite").l();
-    let data = &data_factor * DVector::from_fn(d, |_, _| normal());
+    let data = score_noise(&a, normal);
     let g0 = &a * theta + &data + DVector::from_fn(d, |_, _| each_sd * normal());
     let a0 = measured(&a, each_curvature_sd, normal);
     let pilot = Release {
