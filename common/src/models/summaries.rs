@@ -37,7 +37,7 @@ pub trait Summaries: Send + Sync {
     /// row's part within [`Summaries::row_bound`] whatever the row holds. A quadratic
     /// summary's curvature block is multiplied by `curvature_weight` (κ ≥ 1, public), so
     /// that one release can measure A more finely than g; mean summaries have no curvature
-    /// and ignore it.
+    /// and ignore it (a party refuses a query for them with any weight but 1).
     fn summary(
         &self,
         data: &Columns,

@@ -249,6 +249,7 @@ impl<'a> Query<'a> {
                     )));
                 };
                 check_entries("summary entries", *entries, summaries.entries())?;
+                summary::check_weight_applies(model, summaries, *curvature_weight)?;
                 (
                     Box::new(summary::Summary {
                         summaries,

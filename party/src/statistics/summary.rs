@@ -6,6 +6,7 @@
 //! before any row is read.
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::summaries::MAX_CURVATURE_WEIGHT;
+use fedmcmc_common::models::summaries::Reading;
 use fedmcmc_common::models::{Model, Summaries};
 use rand_chacha::ChaCha20Rng;
 
@@ -27,6 +28,24 @@ pub(super) fn check_window(window: f64) -> Result<(), PartyError> {
 /// (a weight below 1 would only coarsen Â; 0, a query that never set it, is refused too).
 pub(super) fn check_curvature_weight(weight: f64) -> Result<(), PartyError> {
     check_within("curvature weight", weight, [1.0, MAX_CURVATURE_WEIGHT])
+}
+
+/// Refuses a curvature weight other than 1 for summaries that have no curvature block (a
+/// bounded gaussian or banana model's sum of rows): the weight would change nothing in the
+/// release, and a query that asks for it has mistaken the model, so it is told rather than
+/// answered as if it had asked for 1. Public: the model and the query decide it.
+pub(super) fn check_weight_applies(
+    model: &dyn Model,
+    summaries: &dyn Summaries,
+    weight: f64,
+) -> Result<(), PartyError> {
+    match summaries.reading() {
+        Reading::Mean(_) if weight != 1.0 => Err(PartyError::InvalidArgument(format!(
+            "curvature weight is {weight}, but the {} model's summaries are a sum of rows with no curvature block: ask for weight 1",
+            model.name()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn check_within(what: &str, value: f64, [lo, hi]: [f64; 2]) -> Result<(), PartyError> {
