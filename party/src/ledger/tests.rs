@@ -278,6 +278,37 @@ fn a_refused_release_in_a_batch_fails_alone() {
     assert_eq!(rows, 3);
 }
 
+/// A batch that fills the database: SQLite then rolls the whole transaction back (it may
+/// instead back out the one statement), and every release reported committed is in the
+/// table and no other is. Carrying on after the rollback would autocommit the rest one by
+/// one and then report them all failed.
+#[test]
+fn a_full_database_never_reports_an_unrecorded_release() {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    migrate(&conn).unwrap();
+    conn.execute("INSERT INTO runs (run_id, terms) VALUES ('r', '{}')", [])
+        .unwrap();
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    conn.pragma_update(None, "max_page_count", pages + 1)
+        .unwrap();
+    let batch: Vec<_> = (0..400).map(|step| (step, release("r", 0, step))).collect();
+    let committed = match write_releases(&conn, &batch) {
+        Ok(outcomes) => {
+            assert!(outcomes.iter().any(Result::is_err), "the database filled");
+            outcomes.iter().filter(|o| o.is_ok()).count()
+        }
+        Err(_) => 0,
+    };
+    assert!(conn.is_autocommit(), "the transaction is over");
+    let rows: i64 = conn
+        .query_row("SELECT COUNT(*) FROM releases", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows as usize, committed);
+}
+
 impl Ledger {
     /// Drops the ledger as a machine crash would: without its clean stop.
     fn crash(mut self) {
