@@ -47,11 +47,10 @@ fn weighted(run: usize, step: StepAt, centre: &[f64], window: f64, weight: f64) 
 
 /// Run slots: 0 a four-step summaries run, 1 a full-data penalty run. Then its steps (a
 /// Chebyshev window, Taylor's, a far centre with its curvature weighted, which a model whose
-/// summaries are a sum of rows refuses), a replay, a
-/// replay with another window and with another weight, steps out of order and of an
-/// unknown run, malformed centres, windows and curvature weights, the wrong query for
-/// each run, the exhausted run, plans the variant refuses, a plan beyond the budget, and a
-/// step after closing.
+/// summaries are a sum of rows refuses), a replay, a replay with another window and with
+/// another weight, steps out of order and of an unknown run, malformed centres, windows
+/// and curvature weights, the wrong query for each run, the exhausted run, plans the
+/// variant refuses, a plan beyond the budget, and a step after closing.
 fn battery() -> Vec<Call> {
     let centre = [0.5, 1.0, -0.5];
     let th = [0.5, 1.0, -0.5];

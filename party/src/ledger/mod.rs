@@ -474,9 +474,9 @@ impl Ledger {
     /// one's outcome, in order, only once it is committed (fsync'd, or covered by its run's
     /// fsync'd reservation: `boot.rs`). Releases that arrive while another commit holds the
     /// connection are committed together by the next caller to take it (group commit): one
-    /// transaction for all of them, in which a refused insert fails only its own release. A caller whose releases another caller committed takes
-    /// those outcomes; none is answered before the transaction holding its release is
-    /// committed.
+    /// transaction for all of them, in which a refused insert fails only its own release.
+    /// A caller whose releases another caller committed takes those outcomes; none is
+    /// answered before the transaction holding its release is committed.
     pub async fn record_releases(&self, records: &[ReleaseRecord]) -> Vec<Result<(), LedgerError>> {
         if records.is_empty() {
             return Vec::new();

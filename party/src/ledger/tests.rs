@@ -255,14 +255,20 @@ fn concurrent_releases_commit_together_and_fail_alone() {
     assert_eq!(rows, 400);
 }
 
-/// A batch of releases with one refused: the others are committed in the same transaction.
-#[test]
-fn a_refused_release_in_a_batch_fails_alone() {
+/// An in-memory ledger's schema with one open run, `r`, for [`write_releases`] alone.
+fn with_run_r() -> Connection {
     let conn = Connection::open_in_memory().unwrap();
     conn.execute_batch(SCHEMA).unwrap();
     migrate(&conn).unwrap();
     conn.execute("INSERT INTO runs (run_id, terms) VALUES ('r', '{}')", [])
         .unwrap();
+    conn
+}
+
+/// A batch of releases with one refused: the others are committed in the same transaction.
+#[test]
+fn a_refused_release_in_a_batch_fails_alone() {
+    let conn = with_run_r();
     let batch: Vec<_> = [(0, 0), (0, 1), (0, 0), (1, 0)]
         .iter()
         .enumerate()
@@ -284,11 +290,7 @@ fn a_refused_release_in_a_batch_fails_alone() {
 /// one and then report them all failed.
 #[test]
 fn a_full_database_never_reports_an_unrecorded_release() {
-    let conn = Connection::open_in_memory().unwrap();
-    conn.execute_batch(SCHEMA).unwrap();
-    migrate(&conn).unwrap();
-    conn.execute("INSERT INTO runs (run_id, terms) VALUES ('r', '{}')", [])
-        .unwrap();
+    let conn = with_run_r();
     let pages: i64 = conn
         .query_row("PRAGMA page_count", [], |r| r.get(0))
         .unwrap();

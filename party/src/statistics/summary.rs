@@ -5,8 +5,7 @@
 //! the window) and clips each row to that bound, so the release has a sensitivity fixed
 //! before any row is read.
 use fedmcmc_common::data::Columns;
-use fedmcmc_common::models::summaries::MAX_CURVATURE_WEIGHT;
-use fedmcmc_common::models::summaries::Reading;
+use fedmcmc_common::models::summaries::{MAX_CURVATURE_WEIGHT, Reading};
 use fedmcmc_common::models::{Model, Summaries};
 use rand_chacha::ChaCha20Rng;
 
