@@ -1,8 +1,9 @@
 //! Microseconds per frame of a party's release commit (`Ledger::record_releases`), the
-//! ledger's share of every step: a durable ledger (SQLite's WAL, a release committed without
-//! its own fsync on a known boot, as `party serve` runs it) against the in-memory one that
-//! simulated federations use, for frames of 1 and 4 chains' releases (issue 25). The gRPC
-//! bench's durable / in-memory gap is this cost, paid once per party per frame.
+//! ledger's share of every step: a durable ledger (on a known boot, as `party serve` runs
+//! it: one write to the release log per frame, merged into SQLite every 512 releases, the
+//! merges timed too) against the in-memory one that simulated federations use, for frames
+//! of 1 and 4 chains' releases (issue 25). The gRPC bench's durable / in-memory gap is this
+//! cost, paid once per party per frame.
 //!
 //! `cargo bench -p fedmcmc-party --bench ledger_commit [-- FRAMES]` (20 000 by default);
 //! each setting is timed in 3 rounds on a fresh ledger, the median reported.

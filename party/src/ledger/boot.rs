@@ -1,9 +1,9 @@
 //! Releases are committed without an fsync of their own; what makes that safe.
 //!
-//! Under WAL with `synchronous = NORMAL` a commit is written to the WAL file (the OS's page
-//! cache) but not fsync'd: it survives the party's process dying (kill -9, a panic, an
-//! OOM kill), since the kernel still writes the page out, and may be lost only if the
-//! machine itself stops (power loss, kernel crash). Reservations, closes and this marker
+//! A release is written to the release log (`log.rs`), and later merged into SQLite under
+//! WAL with `synchronous = NORMAL`: in the OS's page cache, not fsync'd. It survives the
+//! party's process dying (kill -9, a panic, an OOM kill), since the kernel still writes the
+//! page out, and may be lost only if the machine itself stops (power loss, kernel crash). Reservations, closes and this marker
 //! stay `synchronous = FULL`, and an fsync of the WAL covers every commit written before it.
 //!
 //! So a release lost to a machine crash belongs to a run whose whole plan was reserved,

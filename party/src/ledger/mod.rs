@@ -1,11 +1,12 @@
-//! The durable privacy ledger: every reservation and every release is committed to SQLite
-//! (WAL) before the answer leaves the process. Reservations and closes are fsync'd
-//! (`synchronous = FULL`); releases are fsync'd too where the machine's boot id cannot be
-//! read, and otherwise are not (`synchronous = NORMAL`): a release then survives the process
-//! dying, and one a machine crash loses is covered by its run's fsync'd reservation, which
-//! the next start charges in full (`boot.rs`). 4 chains over gRPC loopback on durable
-//! ledgers went from 5 864 to 10 017 it/s in all, 1 chain from 2 324 to 5 647 (one bench run
-//! each way).
+//! The durable privacy ledger: every reservation and every release is recorded before the
+//! answer leaves the process. Reservations and closes are committed to SQLite (WAL) and
+//! fsync'd (`synchronous = FULL`); releases are fsync'd too where the machine's boot id
+//! cannot be read, and otherwise are not: a release then survives the process dying, and one
+//! a machine crash loses is covered by its run's fsync'd reservation, which the next start
+//! charges in full (`boot.rs`). 4 chains over gRPC loopback on durable ledgers went from
+//! 5 864 to 10 017 it/s in all, 1 chain from 2 324 to 5 647 (one bench run each way). Such
+//! releases go to the release log beside the ledger, one write per frame, and reach SQLite
+//! in batches (`log.rs`).
 //!
 //! Each entry is committed by the caller itself, under a lock on the connection: no caller is
 //! answered before its own entry is committed. Releases that queue while a commit holds the
@@ -25,7 +26,7 @@ use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 /// The mechanism a release record names when its answer is the same for every dataset (a
@@ -142,6 +143,8 @@ pub struct Ledger {
     durable: bool,
     /// Releases are committed at `synchronous = NORMAL`, under this boot's marker (`boot.rs`).
     relaxed: bool,
+    /// Where a relaxed ledger's releases go before their answers (`log.rs`).
+    log: Option<Mutex<ReleaseLog>>,
     /// The exclusive lock on the ledger file, held for the life of the ledger.
     _owner: Option<File>,
 }
@@ -161,67 +164,6 @@ fn blob_to_f64s(b: &[u8]) -> Vec<f64> {
     b.chunks_exact(8)
         .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunk")))
         .collect()
-}
-
-/// The releases are one B-tree keyed by (run, step, chain), without a rowid: a frame's
-/// releases (every chain's same step) then land side by side at its end, so a commit writes
-/// about one page to the WAL. Keyed by chain first, beside a rowid table, a frame of 4 chains
-/// dirtied 5 pages, and the party's frame took 135 µs instead of 94 (issue 25). A ledger made
-/// before keeps its table: the same columns and key, in another order.
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    opened_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-    terms TEXT NOT NULL,
-    closed INTEGER NOT NULL DEFAULT 0,
-    closed_idle_seconds INTEGER,
-    answer_releases INTEGER,
-    answer_run_epsilon REAL,
-    answer_epsilon_committed REAL
-);
-CREATE TABLE IF NOT EXISTS releases (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    chain INTEGER NOT NULL,
-    step INTEGER NOT NULL,
-    mechanism TEXT NOT NULL,
-    noise_multiplier REAL NOT NULL,
-    inputs BLOB NOT NULL,
-    value BLOB NOT NULL,
-    noise_variance REAL NOT NULL,
-    PRIMARY KEY (run_id, step, chain)
-) WITHOUT ROWID;
-";
-
-/// Columns added since the first schema, with their type: added to an older ledger at open.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
-    // NULL: open, or closed by CloseRun; otherwise closed by the lease after that many s idle.
-    ("runs", "closed_idle_seconds", "INTEGER"),
-    // NULL until a close's answer is recorded (`Closed`).
-    ("runs", "answer_releases", "INTEGER"),
-    ("runs", "answer_run_epsilon", "REAL"),
-    ("runs", "answer_epsilon_committed", "REAL"),
-    // NULL but for a secure-aggregation run: its session's X25519 secret.
-    ("runs", "aggregation_secret", "BLOB"),
-    // NULL for plain releases; a secure-aggregation answer's masked steps and grid.
-    ("releases", "masked", "BLOB"),
-    ("releases", "grid", "REAL"),
-    // 1: closed at its whole plan, whatever it released (`ClosedBy::Restart`).
-    ("runs", "closed_at_plan", "INTEGER"),
-];
-
-/// Brings a ledger written by an earlier version up to [`SCHEMA`].
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    for (table, column, ty) in ADDED_COLUMNS {
-        let present: bool = conn.query_row(
-            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
-            params![table, column],
-            |r| r.get(0),
-        )?;
-        if !present {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))?;
-        }
-    }
-    Ok(())
 }
 
 /// A closed run's terms and its charged releases as (noise multiplier, count).
@@ -267,7 +209,7 @@ impl Ledger {
         let conn = Connection::open(path).map_err(|e| storage(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, Some(owner), boot)
+        Self::start(conn, path, Some(owner), boot, Some(&log::path_beside(path)))
     }
 
     /// A copy of the ledger at `path` in memory, read without its owner's lock, for
@@ -297,7 +239,7 @@ impl Ledger {
             None::<fn(rusqlite::backup::Progress)>,
         )
         .map_err(|e| storage(path, e))?;
-        Self::start(conn, path, None, boot)
+        Self::start(conn, path, None, boot, Some(&log::path_beside(path)))
     }
 
     /// A ledger that lives in memory only: the same code path without the fsync, for
@@ -314,16 +256,18 @@ impl Ledger {
         let path = Path::new(":memory:");
         // rusqlite opens URIs by default; a name without a leading '/' is private.
         let conn = Connection::open("file:ledger?vfs=memdb").map_err(|e| storage(path, e))?;
-        Ok(Self::start(conn, path, None, None)?.0)
+        Ok(Self::start(conn, path, None, None, None)?.0)
     }
 
-    /// `owner` is the lock of a durable ledger (an in-memory one has none and no fsync), and
-    /// `boot` the machine's boot id if known.
+    /// `owner` is the lock of a durable ledger (an in-memory one has none and no fsync),
+    /// `boot` the machine's boot id if known, and `log` the release log to read back first
+    /// (`log.rs`): an owner then empties it, and appends to it if releases are relaxed.
     fn start(
         conn: Connection,
         path: &Path,
         owner: Option<File>,
         boot: Option<String>,
+        log: Option<&Path>,
     ) -> Result<(Ledger, Vec<RunRecord>), LedgerError> {
         let sql = |e| storage(path, e);
         conn.pragma_update(None, "synchronous", "FULL")
@@ -331,6 +275,9 @@ impl Ledger {
         conn.execute_batch(SCHEMA).map_err(sql)?;
         conn.execute_batch(boot::SCHEMA).map_err(sql)?;
         migrate(&conn).map_err(sql)?;
+        if let Some(log) = log {
+            log::replay(&conn, log)?;
+        }
         if let Some(boot) = &boot {
             for run_id in boot::start(&conn, boot).map_err(sql)? {
                 tracing::warn!(
@@ -347,12 +294,18 @@ impl Ledger {
                 .map_err(sql)?;
         }
         let runs = read_open_runs(&conn).map_err(sql)?;
+        // Read back under `synchronous = FULL` above, so the log can be emptied.
+        let log = match (log, &owner) {
+            (Some(log), Some(_)) => Some(ReleaseLog::open(log)?),
+            _ => None,
+        };
         Ok((
             Ledger {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
                 group: Mutex::new(Group::default()),
                 durable: owner.is_some(),
+                log: log.filter(|_| relaxed).map(Mutex::new),
                 relaxed,
                 _owner: owner,
             },
@@ -397,11 +350,25 @@ impl Ledger {
         &self.path
     }
 
-    /// Commits a reservation, a close or an answer, fsync'd even when releases are not.
+    /// Commits a reservation, a close or an answer, fsync'd even when releases are not: after
+    /// merging the release log, whose releases that fsync then covers, so it is emptied.
     async fn commit(&self, entry: Entry<'_>) -> Result<(), LedgerError> {
         let write = || {
+            let mut log = self
+                .log
+                .as_ref()
+                .map(|l| l.lock().expect("release log lock"));
             let conn = self.conn.lock().expect("ledger lock");
-            vec![self.fsynced(&conn, |c| write_entry(c, &entry))]
+            if let Some(Err(e)) = log.as_mut().map(|l| l.merge(&conn)) {
+                return vec![Err(e)];
+            }
+            let written = self.fsynced(&conn, |c| write_entry(c, &entry));
+            if written.is_ok()
+                && let Some(Err(e)) = log.as_mut().map(|l| l.clear())
+            {
+                tracing::warn!(error = %e, "the release log was not emptied; it is read back at the next start");
+            }
+            vec![written]
         };
         self.committing(self.durable, write)
             .pop()
@@ -472,7 +439,8 @@ impl Ledger {
 
     /// Records `records` (one step's release, or every chain's of one frame); returns each
     /// one's outcome, in order, only once it is committed (fsync'd, or covered by its run's
-    /// fsync'd reservation: `boot.rs`). Releases that arrive while another commit holds the
+    /// fsync'd reservation: `boot.rs`). A relaxed ledger writes them to its release log
+    /// (`log.rs`); elsewhere, releases that arrive while another commit holds the
     /// connection are committed together by the next caller to take it (group commit): one
     /// transaction for all of them, in which a refused insert fails only its own release.
     /// A caller whose releases another caller committed takes those outcomes; none is
@@ -480,6 +448,9 @@ impl Ledger {
     pub async fn record_releases(&self, records: &[ReleaseRecord]) -> Vec<Result<(), LedgerError>> {
         if records.is_empty() {
             return Vec::new();
+        }
+        if let Some(log) = &self.log {
+            return self.logged(log, records);
         }
         // All of one caller's releases join the queue at once, so one commit takes them all.
         let first = {
@@ -503,7 +474,8 @@ impl Ledger {
                 }
                 std::mem::take(&mut group.queue)
             };
-            let outcomes: Vec<Result<(), LedgerError>> = match write_releases(&conn, &batch) {
+            let entries: Vec<Entry<'_>> = batch.iter().map(|(_, r)| Entry::Release(r)).collect();
+            let outcomes: Vec<Result<(), LedgerError>> = match write_releases(&conn, &entries) {
                 Ok(each) => each
                     .into_iter()
                     .map(|r| r.map_err(|e| storage(&self.path, e)))
@@ -531,9 +503,34 @@ impl Ledger {
         self.committing(self.durable && !self.relaxed, write)
     }
 
+    /// [`Ledger::record_releases`] on a relaxed ledger: one write to the release log, and
+    /// now and then a merge of it into SQLite (`log.rs`).
+    fn logged(
+        &self,
+        log: &Mutex<ReleaseLog>,
+        records: &[ReleaseRecord],
+    ) -> Vec<Result<(), LedgerError>> {
+        let mut log = log.lock().expect("release log lock");
+        let outcomes = log.append(records, &self.conn);
+        if let Some(Err(e)) = outcomes.iter().find(|o| o.is_err()) {
+            tracing::error!(error = %e, "a release was not logged; it is not answered");
+        }
+        if log.full() {
+            let conn = self.conn.lock().expect("ledger lock");
+            if let Err(e) = log.merge(&conn) {
+                tracing::warn!(error = %e, "merging the release log failed; it is tried again");
+            }
+        }
+        outcomes
+    }
+
     /// Durably closes a run: from now on it is charged for what it released.
     pub async fn close_run(&self, run_id: &str, by: ClosedBy) -> Result<(), LedgerError> {
-        self.commit(Entry::Close { run_id, by }).await
+        self.commit(Entry::Close { run_id, by }).await?;
+        if let Some(log) = &self.log {
+            log.lock().expect("release log lock").forget(run_id);
+        }
+        Ok(())
     }
 
     /// Durably records what a closed run's close answered.
@@ -548,18 +545,38 @@ impl Drop for Ledger {
         if !self.relaxed {
             return;
         }
+        let mut log = self
+            .log
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = self.fsynced(&conn, boot::stop) {
-            tracing::error!(error = %e, "the ledger's clean stop was not recorded; its open runs will be charged their whole plans after a reboot");
+        // Unmerged, logged releases are not fsync'd: the stop is not clean then.
+        let stopped = match log.as_mut().map(|l| l.merge(&conn)) {
+            Some(Err(e)) => Err(e),
+            _ => self.fsynced(&conn, boot::stop),
+        };
+        match stopped {
+            Ok(()) => {
+                if let Some(Err(e)) = log.as_mut().map(|l| l.clear()) {
+                    tracing::warn!(error = %e, "the release log was not emptied; it is read back at the next start");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the ledger's clean stop was not recorded; its open runs will be charged their whole plans after a reboot")
+            }
         }
     }
 }
 
 mod boot;
+mod log;
 mod read;
+mod schema;
 mod terms;
 mod write;
+use log::ReleaseLog;
 use read::{read_closed_runs, read_open_runs};
+use schema::{SCHEMA, migrate};
 pub use terms::{AggregationTerms, HmcTerms, RunTerms};
 use write::{Entry, Group, write_entry, write_releases};
 

@@ -1,4 +1,5 @@
 use super::*;
+use rusqlite::params;
 
 fn in_use(result: Result<(Ledger, Vec<RunRecord>), LedgerError>) -> String {
     match result {
@@ -204,18 +205,24 @@ fn in_memory_ledgers_are_separate() {
     assert_eq!((count(&a), count(&b)), (vec![(1.0, 2)], vec![(1.0, 1)]));
 }
 
-/// Group commit: 400 releases from 8 threads at once on a durable ledger are all answered
-/// and all on disk after a reopen, and a release the ledger refuses (a step already recorded)
-/// fails alone.
+/// 400 releases from 8 threads at once on a durable ledger are all answered and all on disk
+/// after a reopen, and a release the ledger refuses (a step already recorded) fails alone:
+/// with the boot known (the release log) and unknown (group commit, fsync'd).
 #[test]
 fn concurrent_releases_commit_together_and_fail_alone() {
+    for boot in [Some("boot-a"), None] {
+        concurrent_releases(boot.map(str::to_string));
+    }
+}
+
+fn concurrent_releases(boot: Option<String>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(8)
         .build()
         .unwrap();
-    let (ledger, _) = Ledger::open(&path).unwrap();
+    let (ledger, _) = Ledger::open_at_boot(&path, boot).unwrap();
     let ledger = std::sync::Arc::new(ledger);
     let terms = penalty_terms(8, 50);
     runtime.block_on(ledger.open_run("r", &terms)).unwrap();
@@ -265,16 +272,19 @@ fn with_run_r() -> Connection {
     conn
 }
 
+fn entries(records: &[ReleaseRecord]) -> Vec<Entry<'_>> {
+    records.iter().map(Entry::Release).collect()
+}
+
 /// A batch of releases with one refused: the others are committed in the same transaction.
 #[test]
 fn a_refused_release_in_a_batch_fails_alone() {
     let conn = with_run_r();
-    let batch: Vec<_> = [(0, 0), (0, 1), (0, 0), (1, 0)]
+    let records: Vec<_> = [(0, 0), (0, 1), (0, 0), (1, 0)]
         .iter()
-        .enumerate()
-        .map(|(i, &(chain, step))| (i as u64, release("r", chain, step)))
+        .map(|&(chain, step)| release("r", chain, step))
         .collect();
-    let outcomes = write_releases(&conn, &batch).unwrap();
+    let outcomes = write_releases(&conn, &entries(&records)).unwrap();
     let ok: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
     assert_eq!(ok, [true, true, false, true]);
     assert!(conn.is_autocommit(), "the transaction is over");
@@ -296,8 +306,8 @@ fn a_full_database_never_reports_an_unrecorded_release() {
         .unwrap();
     conn.pragma_update(None, "max_page_count", pages + 1)
         .unwrap();
-    let batch: Vec<_> = (0..400).map(|step| (step, release("r", 0, step))).collect();
-    let committed = match write_releases(&conn, &batch) {
+    let records: Vec<_> = (0..400).map(|step| release("r", 0, step)).collect();
+    let committed = match write_releases(&conn, &entries(&records)) {
         Ok(outcomes) => {
             assert!(outcomes.iter().any(Result::is_err), "the database filled");
             outcomes.iter().filter(|o| o.is_ok()).count()

@@ -14,6 +14,9 @@ pub(super) enum Entry<'a> {
         secret: Option<&'a [u8; 32]>,
     },
     Release(&'a ReleaseRecord),
+    /// A release read back from the release log (`log.rs`) at start: it may have been merged
+    /// before the process stopped, so one already recorded is left as it is.
+    Replayed(&'a ReleaseRecord),
     Close {
         run_id: &'a str,
         by: ClosedBy,
@@ -41,10 +44,10 @@ pub(super) struct Group {
 /// or an I/O error) fails them all. One release is one autocommit statement.
 pub(super) fn write_releases(
     conn: &Connection,
-    batch: &[(u64, ReleaseRecord)],
+    batch: &[Entry<'_>],
 ) -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
-    if let [(_, only)] = batch {
-        return Ok(vec![write_entry(conn, &Entry::Release(only))]);
+    if let [only] = batch {
+        return Ok(vec![write_entry(conn, only)]);
     }
     // Prepared once per connection: parsing each statement anew was a good part of a frame's
     // commit once releases stopped waiting for an fsync.
@@ -52,8 +55,8 @@ pub(super) fn write_releases(
     let each = || -> rusqlite::Result<Vec<rusqlite::Result<()>>> {
         run("BEGIN IMMEDIATE")?;
         let mut outcomes = Vec::with_capacity(batch.len());
-        for (_, record) in batch {
-            match write_entry(conn, &Entry::Release(record)) {
+        for entry in batch {
+            match write_entry(conn, entry) {
                 Err(e) if conn.is_autocommit() => return Err(e),
                 outcome => outcomes.push(outcome),
             }
@@ -66,6 +69,17 @@ pub(super) fn write_releases(
             let _ = conn.execute_batch("ROLLBACK");
         }
     })
+}
+
+/// A release's insert, the same columns whatever the verb.
+macro_rules! insert_release {
+    ($verb:literal) => {
+        concat!(
+            $verb,
+            " INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance, masked, grid)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        )
+    };
 }
 
 /// One entry, one statement, which SQLite runs as a transaction of its own (autocommit):
@@ -84,12 +98,12 @@ pub(super) fn write_entry(conn: &Connection, entry: &Entry<'_>) -> rusqlite::Res
                 params![run_id, terms, secret.map(|s| s.to_vec())],
             )?;
         }
-        Entry::Release(r) => {
-            conn.prepare_cached(
-                "INSERT INTO releases (run_id, chain, step, mechanism, noise_multiplier, inputs, value, noise_variance, masked, grid)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
+        Entry::Release(r) | Entry::Replayed(r) => {
+            let sql = match entry {
+                Entry::Replayed(_) => insert_release!("INSERT OR IGNORE"),
+                _ => insert_release!("INSERT"),
+            };
+            conn.prepare_cached(sql)?.execute(params![
                 r.run_id,
                 r.chain,
                 r.step as i64,
