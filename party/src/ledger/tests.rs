@@ -154,7 +154,7 @@ fn a_ledger_of_the_first_schema_is_migrated() {
 }
 
 /// A full-penalty run's terms: `chains` × `steps` releases at multiplier 1.
-fn penalty_terms(chains: u32, steps: u64) -> RunTerms {
+pub(super) fn penalty_terms(chains: u32, steps: u64) -> RunTerms {
     serde_json::from_value(serde_json::json!({
         "variant": "full-penalty", "chains": chains, "steps_per_chain": steps,
         "planned_releases": u64::from(chains) * steps,

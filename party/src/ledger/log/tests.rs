@@ -1,4 +1,5 @@
-use super::super::{ClosedBy, Ledger, RunTerms};
+use super::super::tests::penalty_terms;
+use super::super::{ClosedBy, Ledger};
 use super::*;
 
 fn record(run_id: &str, chain: u32, step: u64) -> ReleaseRecord {
@@ -15,15 +16,6 @@ fn record(run_id: &str, chain: u32, step: u64) -> ReleaseRecord {
     }
 }
 
-fn terms(chains: u32, steps: u64) -> RunTerms {
-    serde_json::from_value(serde_json::json!({
-        "variant": "full-penalty", "chains": chains, "steps_per_chain": steps,
-        "planned_releases": u64::from(chains) * steps,
-        "clip": 1.0, "tau": 0.1, "noise_multiplier": 1.0
-    }))
-    .unwrap()
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -33,7 +25,8 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A relaxed ledger (a known boot) at `path` with run `r` open.
 fn relaxed(path: &Path, rt: &tokio::runtime::Runtime) -> Ledger {
     let (ledger, _) = Ledger::open_at_boot(path, Some("boot-a".into())).unwrap();
-    rt.block_on(ledger.open_run("r", &terms(2, 1000))).unwrap();
+    rt.block_on(ledger.open_run("r", &penalty_terms(2, 1000)))
+        .unwrap();
     ledger
 }
 
