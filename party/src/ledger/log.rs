@@ -143,10 +143,7 @@ impl ReleaseLog {
         }
         self.len += bytes.len() as u64;
         for r in fresh {
-            self.last
-                .entry(r.run_id.clone())
-                .or_default()
-                .insert(r.chain, Some(r.step));
+            self.note_last(r, Some(r.step));
             self.pending.push(r.clone());
         }
         outcomes
@@ -170,11 +167,22 @@ impl ReleaseLog {
             )
             .map_err(|e| super::storage(&self.path, e))?;
         let last = last.map(|s| s as u64);
-        self.last
-            .entry(r.run_id.clone())
-            .or_default()
-            .insert(r.chain, last);
+        self.note_last(r, last);
         Ok(last)
+    }
+
+    /// Notes `last` as the last step of `r`'s chain, copying the run id only for a new run
+    /// (this runs for every release).
+    fn note_last(&mut self, r: &ReleaseRecord, last: Option<u64>) {
+        match self.last.get_mut(&r.run_id) {
+            Some(chains) => {
+                chains.insert(r.chain, last);
+            }
+            None => {
+                self.last
+                    .insert(r.run_id.clone(), HashMap::from([(r.chain, last)]));
+            }
+        }
     }
 
     /// Forgets a closed run's chains: it releases nothing more.
@@ -255,6 +263,9 @@ pub(super) fn replay(conn: &Connection, path: &Path) -> Result<usize, LedgerErro
             bytes = bytes.len() - whole,
             "the release log ends in a record cut short; it was never answered"
         );
+    }
+    if records.is_empty() {
+        return Ok(0);
     }
     let batch: Vec<Entry<'_>> = records.iter().map(Entry::Replayed).collect();
     write_releases(conn, &batch).map_err(|e| super::storage(path, e))?;
