@@ -20,14 +20,14 @@ use crate::auth::{BearerAuth, ClientCheck};
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::metrics::Metrics;
-use crate::node::{
-    BARKER, FULL_PENALTY, HMC, HmcPlan, INITIALISER, MINIBATCH_PENALTY, PartyNode, Plan,
-    SUFFICIENT_STATISTICS, SUMMARIES,
-};
+use crate::node::{HmcPlan, PartyNode, Plan};
 use crate::release::StepKey;
 use crate::secure::{Announcement, Terms};
 use crate::statistics::Query;
 use crate::throttle::{self, Caller, Throttle};
+use crate::variants::{
+    BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS, SUMMARIES,
+};
 
 pub const PROTOCOL_VERSION: &str = "fedmcmc.v1";
 

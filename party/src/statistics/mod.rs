@@ -12,10 +12,10 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::error::PartyError;
 use crate::ledger::RunTerms;
-use crate::node::{
+use crate::release::Bound;
+use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS, SUMMARIES,
 };
-use crate::release::Bound;
 
 pub mod gradient;
 pub mod log_lik_ratio;
