@@ -1,6 +1,6 @@
 //! Which sampler a job runs and with which parameters, and how a variant becomes each
 //! party's run plan. A variant is a query the parties answer (`party/src/statistics/`), their
-//! accountant entry (`party/src/node.rs::mechanism_of`) and a kernel (`kernels/`).
+//! accountant entry (`party/src/variants.rs::mechanism_of`) and a kernel (`kernels/`).
 use fedmcmc_common::accountant;
 use fedmcmc_common::barker::CorrectionFit;
 use fedmcmc_common::proposal::ProposalKind;

@@ -8,7 +8,8 @@
 //! is a free, noiseless answer about them (an overflow check on the clipped sum once let a
 //! caller bisect out the exact maximum of a column in 19 refusals).
 //!
-//! [`PartyNode::step`] enforces it by its structure, in two phases:
+//! [`ReleasePath::steps`], every step's one way in (the node's `step` and `steps` hand it
+//! their frames), enforces it by its structure, in two phases:
 //!
 //! 1. **Public checks, which may refuse.** The query's parameters, the run, the chain, the
 //!    query's fit to the run's variant, the step's order or replay, a closed run, the steps
@@ -28,7 +29,7 @@
 //!    answer states σ², never the data-dependent split. Whether the ledger commit fails does
 //!    not depend on the rows either.
 //!
-//! Every query goes through [`PartyNode::step`] (the statistics are in `statistics/`: the
+//! Every query goes through [`ReleasePath::steps`] (the statistics are in `statistics/`: the
 //! full-data and minibatch log-likelihood ratios, DP Barker's, the clipped gradient and the
 //! sufficient statistics) and is tested by the neighbouring-rows harness in
 //! `party/tests/contract/`.
@@ -51,14 +52,17 @@
 //! and the ledger still holds exactly the composition of the charged releases.
 use std::sync::atomic::Ordering;
 
+use std::sync::Arc;
+
+use fedmcmc_common::data::Columns;
 use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
 use crate::aggregation::{Joined, multiplier_for, session, share};
 use crate::error::PartyError;
-use crate::ledger::{Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
-use crate::node::PartyNode;
+use crate::ledger::{Ledger, Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
+use crate::noise::NoiseSource;
 use crate::runs::{ChainState, RunState};
 use crate::statistics::{Computed, Public, Query, Statistic};
 
@@ -190,7 +194,7 @@ impl Calibration {
 
 /// What an honest party's answer to `query` at `step` of a run with `terms` is bound by, from
 /// public facts only: the statistic's [`Bound`] and the mechanism whose variance the answer
-/// states. [`PartyNode::step`] calibrates each release by the same two functions
+/// states. [`ReleasePath::steps`] calibrates each release by the same two functions
 /// (`Query::statistic`, then [`Calibration::check`] of its bound); the coordinator, which knows
 /// the run's terms, checks every answer against this (a stated variance other than σ² =
 /// (sΔ)², or a value beyond the statistic's bound by more than its noise could carry, is
@@ -261,34 +265,40 @@ enum Prepared<'a> {
 
 type Answers = Vec<Option<Result<Contribution, PartyError>>>;
 
-impl PartyNode {
-    /// Answers one step's query: the one entry point of every release (the contract above),
-    /// as a frame of one ([`PartyNode::steps`]).
-    pub async fn step(
-        &self,
-        key: &StepKey<'_>,
-        query: Query<'_>,
-    ) -> Result<Contribution, PartyError> {
-        let mut answers = self.steps(&[(*key, query)]).await;
-        answers.pop().expect("one step, one answer")
-    }
+/// What the release path reads and writes: the party's model and rows, its noise source and
+/// its ledger, borrowed from the node that owns them ([`crate::node::PartyNode::steps`]), so
+/// that every release of the party goes through [`ReleasePath::steps`] and nothing here
+/// reaches back into the node.
+pub(crate) struct ReleasePath<'n> {
+    pub(crate) model: &'n dyn Model,
+    pub(crate) data: &'n Columns,
+    /// The rows' sufficient statistics, summed once at start where the model has them.
+    pub(crate) sufficient: Option<&'n [f64]>,
+    pub(crate) neighbours: Neighbours,
+    pub(crate) noise: &'n NoiseSource,
+    pub(crate) ledger: &'n Ledger,
+}
 
+impl ReleasePath<'_> {
     /// Answers a frame of steps (every chain's step of a run, in one message), each checked,
     /// computed and answered exactly as alone, with the frame's releases charged in one
     /// ledger commit before any of them is answered. The statistic is
-    /// `statistics/`'s for the query, in a run of the query's variant.
+    /// `statistics/`'s for the query, in a run of the query's variant. `runs` holds each
+    /// request's run as the node found it (or why it did not).
     ///
     /// Each step holds its chain from its checks to its answer. A frame takes its chains in
     /// the order of (run, chain), so two frames never wait on each other; a chain that is
     /// asked twice in one frame has its first step charged before its second is checked.
-    pub async fn steps(
+    pub(crate) async fn steps(
         &self,
         requests: &[(StepKey<'_>, Query<'_>)],
+        found: Vec<Result<Arc<RunState>, PartyError>>,
     ) -> Vec<Result<Contribution, PartyError>> {
+        debug_assert_eq!(requests.len(), found.len(), "one run per request");
         let mut answers: Answers = requests.iter().map(|_| None).collect();
         let mut runs = Vec::with_capacity(requests.len());
-        for (i, (key, _)) in requests.iter().enumerate() {
-            match self.run(key.run_id) {
+        for (i, run) in found.into_iter().enumerate() {
+            match run {
                 Ok(run) => runs.push(Some(run)),
                 Err(e) => {
                     answers[i] = Some(Err(e));
@@ -340,12 +350,8 @@ impl PartyNode {
                 run.chains.len()
             ))
         })?;
-        let (statistic, noise_multiplier) = query.statistic(
-            self.model.as_ref(),
-            &run.terms,
-            key.step,
-            self.sufficient.as_deref(),
-        )?;
+        let (statistic, noise_multiplier) =
+            query.statistic(self.model, &run.terms, key.step, self.sufficient)?;
         let chain = chain.lock().await;
         if let Some(answer) = replay(&chain, key, &inputs)? {
             return Ok(Prepared::Answered(answer));
@@ -363,7 +369,7 @@ impl PartyNode {
             )));
         }
         let public = Public {
-            model: self.model.as_ref(),
+            model: self.model,
             rows: self.data.n(),
             neighbours: self.neighbours,
             clip: run.terms.clip,
@@ -442,12 +448,7 @@ impl PartyNode {
                 inherent_variance: 0.0,
             }
         } else {
-            statistic.compute(
-                self.model.as_ref(),
-                &self.data,
-                &calibration.bound,
-                &mut rng,
-            )
+            statistic.compute(self.model, self.data, &calibration.bound, &mut rng)
         };
         debug_assert!(
             // Slack for the rounding of a long sum.

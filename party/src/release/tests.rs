@@ -11,7 +11,7 @@ use super::*;
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::BudgetConfig;
 use crate::ledger::Ledger;
-use crate::node::Plan;
+use crate::node::{PartyNode, Plan};
 use crate::noise::NoiseSource;
 
 /// T·Σ_x clip(r_x, b) over the rows, r_x the untempered ratio, straight from the model's

@@ -1,5 +1,5 @@
 //! What a party computes from its rows, one kind of query per file. A variant is a query (the
-//! `oneof` in `proto/`), its statistic here, its accountant entry (`node.rs`) and a
+//! `oneof` in `proto/`), its statistic here, its accountant entry (`variants.rs`) and a
 //! coordinator kernel.
 //!
 //! Each statistic splits into the two phases of the release path's contract (`release.rs`):

@@ -1,8 +1,9 @@
 //! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
-//! that closes runs their coordinator abandoned). The per-step release path is in
-//! `release/`; Describe's answer in `description.rs`; the gRPC mapping in `service.rs`.
+//! that closes runs their coordinator abandoned: `lease.rs`), and the way in to the per-step
+//! release path, which is in `release/`; Describe's answer in `description.rs`; the gRPC
+//! mapping in `service.rs`.
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fedmcmc_common::accountant::{Cancel, Composition, MechanismKind, Release};
@@ -23,12 +24,16 @@ use crate::ledger::{
 use crate::noise::NoiseSource;
 use crate::plan::Checked;
 pub use crate::plan::{HmcPlan, Plan};
+use crate::release::{Contribution, ReleasePath, StepKey};
 use crate::runs::{RunState, Runs, closed_releases, recorded_release};
 use crate::secure::Announcement;
+use crate::statistics::Query;
 pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
 };
+
+mod lease;
 
 /// Serialisable so that a coordinator can record it and resume a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -292,6 +297,39 @@ impl PartyNode {
             .count()
     }
 
+    /// Answers one step's query: the one entry point of every release (`release/`'s
+    /// contract), as a frame of one ([`PartyNode::steps`]).
+    pub async fn step(
+        &self,
+        key: &StepKey<'_>,
+        query: Query<'_>,
+    ) -> Result<Contribution, PartyError> {
+        let mut answers = self.steps(&[(*key, query)]).await;
+        answers.pop().expect("one step, one answer")
+    }
+
+    /// Answers a frame of steps, every chain's step of a run in one message, on the release
+    /// path ([`ReleasePath::steps`]): each step's run is looked up (renewing its lease), and
+    /// the path is handed the node's model, rows, noise and ledger.
+    pub async fn steps(
+        &self,
+        requests: &[(StepKey<'_>, Query<'_>)],
+    ) -> Vec<Result<Contribution, PartyError>> {
+        let runs = requests
+            .iter()
+            .map(|(key, _)| self.run(key.run_id))
+            .collect();
+        let path = ReleasePath {
+            model: self.model.as_ref(),
+            data: &self.data,
+            sufficient: self.sufficient.as_deref(),
+            neighbours: self.neighbours,
+            noise: &self.noise,
+            ledger: &self.ledger,
+        };
+        path.steps(requests, runs).await
+    }
+
     /// Looks up an open run for a step or a close, renewing its lease; a closed run is
     /// refused with why it was closed.
     pub(crate) fn run(&self, run_id: &str) -> Result<Arc<RunState>, PartyError> {
@@ -500,62 +538,6 @@ impl PartyNode {
         };
         self.ledger.record_answer(run_id, &closed).await?;
         Ok(closed)
-    }
-
-    /// Closes every open run that has seen no step for longer than the lease at `now`,
-    /// charging what each released, as CloseRun would. Returns the ids closed. The lease
-    /// keeper calls this with the clock; tests may pass a later instant.
-    pub async fn close_idle_runs(&self, now: Instant) -> Result<Vec<String>, PartyError> {
-        let _admission = self.admission.lock().await;
-        let lease = self.limits.lease();
-        let idle = |run: &RunState| now.saturating_duration_since(run.idle_since()) > lease;
-        let expired: Vec<_> = self
-            .runs
-            .lock()
-            .expect("runs lock")
-            .open
-            .iter()
-            .filter(|(_, run)| idle(run) && !run.closed.load(Ordering::SeqCst))
-            .map(|(id, run)| (id.clone(), Arc::clone(run)))
-            .collect();
-        let by = ClosedBy::Lease {
-            idle_seconds: self.limits.lease_seconds,
-        };
-        let mut closed = Vec::with_capacity(expired.len());
-        for (run_id, run) in expired {
-            // A step may have renewed the lease since the list was made.
-            if idle(&run) {
-                self.close(&run_id, run, by).await?;
-                closed.push(run_id);
-            }
-        }
-        Ok(closed)
-    }
-
-    /// Runs for as long as the node lives, closing idle runs a few times per lease. Holds the
-    /// node weakly, so that dropping the node (and releasing its ledger) ends it.
-    pub async fn keep_leases(node: Weak<PartyNode>) {
-        let Some(period) = node.upgrade().map(|n| n.limits.lease() / 4) else {
-            return;
-        };
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            let Some(node) = node.upgrade() else {
-                return;
-            };
-            match node.close_idle_runs(Instant::now()).await {
-                Ok(ids) => {
-                    for run_id in ids {
-                        tracing::info!(party = %node.name, %run_id, "idle run closed by its lease");
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(party = %node.name, error = %e, "closing idle runs failed")
-                }
-            }
-        }
     }
 
     /// Commits the close, waits for releases in flight, then folds the run into the closed
