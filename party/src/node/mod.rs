@@ -1,7 +1,7 @@
-//! A party node's state and its run lifecycle (Describe, OpenRun, CloseRun, and the lease
-//! that closes runs their coordinator abandoned: `lease.rs`), and the way in to the per-step
-//! release path, which is in `release/`; Describe's answer in `description.rs`; the gRPC
-//! mapping in `service.rs`.
+//! A party node's state and its run lifecycle: OpenRun (its plan checked in `plan.rs`),
+//! CloseRun, the lease that closes runs their coordinator abandoned (`lease.rs`) and
+//! Describe's answer (`description.rs`); and the way in to the per-step release path, which
+//! is in `release/`. The gRPC mapping is in `service.rs`.
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,16 +14,12 @@ use fedmcmc_common::neighbours::Neighbours;
 use crate::aggregation::{Aggregation, Identity};
 use crate::budget::{Budget, NoiseRequest};
 use crate::config::RunLimits;
-pub use crate::description::Description;
-use crate::description::{Figures, store};
 use crate::error::PartyError;
 pub use crate::ledger::Closed;
 use crate::ledger::{
     AggregationTerms, ClosedBy, ClosedCharge, ClosedRuns, Ledger, RunRecord, RunTerms,
 };
 use crate::noise::NoiseSource;
-use crate::plan::Checked;
-pub use crate::plan::{HmcPlan, Plan};
 use crate::release::{Contribution, ReleasePath, StepKey};
 use crate::runs::{RunState, Runs, closed_releases, recorded_release};
 use crate::secure::Announcement;
@@ -32,8 +28,14 @@ pub use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, NOISE_MULTIPLIERS,
     SUFFICIENT_STATISTICS, SUMMARIES, mechanism_of, variants_served,
 };
+pub use description::Description;
+use description::{Figures, store};
+use plan::Checked;
+pub use plan::{HmcPlan, Plan};
 
+mod description;
 mod lease;
+mod plan;
 
 /// Serialisable so that a coordinator can record it and resume a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use fedmcmc_common::accountant::Composition;
 use fedmcmc_common::neighbours::Neighbours;
 
+use super::PartyNode;
 use crate::budget::Budget;
-use crate::node::PartyNode;
 
 /// The public facts of `Describe`.
 #[derive(Clone, Debug)]

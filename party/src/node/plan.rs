@@ -4,11 +4,11 @@
 use fedmcmc_common::accountant::MechanismKind;
 use fedmcmc_common::neighbours::Neighbours;
 
+use super::PartyNode;
 use crate::aggregation::SECURE_VARIANTS;
 use crate::budget::NoiseRequest;
 use crate::error::PartyError;
 use crate::ledger::HmcTerms;
-use crate::node::PartyNode;
 use crate::release::Calibration;
 use crate::secure::Terms;
 use crate::statistics::minibatch::{barker_bound, barker_noise_multiplier};
