@@ -36,15 +36,12 @@ use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian};
 use fedmcmc_common::neighbours::Neighbours;
 use rustls_pki_types::CertificateDer;
 
-use crate::PartyNode;
 use crate::error::PartyError;
 use crate::ledger::{AggregationTerms, RunTerms};
-use crate::release::Bound;
-use crate::runs::RunState;
 use crate::secure::{
     Announcement, KeyPair, PairwiseMasks, Terms, VerifiedRoster, apply, encode, read_pem_certs,
 };
-use crate::statistics::Query;
+use crate::statistics::{Bound, Query};
 use crate::tls::TlsFiles;
 use crate::variants::{FULL_PENALTY, HMC, INITIALISER, SUFFICIENT_STATISTICS, SUMMARIES};
 
@@ -289,45 +286,4 @@ pub fn share(
         )));
     }
     Ok(Some(share))
-}
-
-/// A step or join of a secure run needs its session state; a plain run, or a secure run
-/// read back after a restart (its secrets were never written down), has none.
-pub(crate) fn session<'a>(
-    run: &'a RunState,
-    run_id: &str,
-) -> Result<Option<&'a Aggregation>, PartyError> {
-    match (&run.aggregation, &run.terms.aggregation) {
-        (Some(a), _) => Ok(Some(a)),
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(refused(format_args!(
-            "run {run_id}'s pairwise secrets are kept in memory only and this party has restarted since it opened: the run cannot go on; open a new one"
-        ))),
-    }
-}
-
-impl PartyNode {
-    /// Joins a secure run: verifies every announcement and derives the masks (see
-    /// [`Aggregation::join`]), answering the run's common noise multiplier. A refused join
-    /// closes the run: a coordinator that substituted a key gets nothing more from it.
-    pub async fn join_aggregation(
-        &self,
-        run_id: &str,
-        announcements: Vec<Announcement>,
-    ) -> Result<f64, PartyError> {
-        let run = self.run(run_id)?;
-        let aggregation = session(&run, run_id)?.ok_or_else(|| {
-            PartyError::FailedPrecondition(format!(
-                "run {run_id} was opened for plain releases, not secure aggregation"
-            ))
-        })?;
-        match aggregation.join(self.identity.as_deref(), &self.name, announcements) {
-            Ok(multiplier) => Ok(multiplier),
-            Err(e) => {
-                tracing::warn!(party = %self.name, %run_id, error = %e, "secure aggregation refused: run closed");
-                self.close_run(run_id).await?;
-                Err(e)
-            }
-        }
-    }
 }

@@ -64,6 +64,18 @@ pub(crate) fn recorded_release(
 }
 
 impl RunState {
+    /// A step or join of a secure run needs its session state; a plain run, or a secure run
+    /// read back after a restart (its secrets were never written down), has none.
+    pub(crate) fn session(&self, run_id: &str) -> Result<Option<&Aggregation>, PartyError> {
+        match (&self.aggregation, &self.terms.aggregation) {
+            (Some(a), _) => Ok(Some(a)),
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(PartyError::FailedPrecondition(format!(
+                "secure aggregation: run {run_id}'s pairwise secrets are kept in memory only and this party has restarted since it opened: the run cannot go on; open a new one"
+            ))),
+        }
+    }
+
     /// Refuses a run whose variant or noise the accountant could not compose.
     pub(crate) fn from_record(record: RunRecord, now: Instant) -> Result<Self, PartyError> {
         let mechanism = recorded_release(

@@ -1,7 +1,8 @@
 //! A party node's state and its run lifecycle: OpenRun (its plan checked in `plan.rs`),
-//! CloseRun, the lease that closes runs their coordinator abandoned (`lease.rs`) and
-//! Describe's answer (`description.rs`); and the way in to the per-step release path, which
-//! is in `release/`. The gRPC mapping is in `service.rs`.
+//! the join of a secure run (`join.rs`), CloseRun, the lease that closes runs their
+//! coordinator abandoned (`lease.rs`) and Describe's answer (`description.rs`); and the way
+//! in to the per-step release path, which is in `release/`. The gRPC mapping is in
+//! `service.rs`.
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use plan::Checked;
 pub use plan::{HmcPlan, Plan};
 
 mod description;
+mod join;
 mod lease;
 mod plan;
 

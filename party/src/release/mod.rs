@@ -59,11 +59,12 @@ use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
 use fedmcmc_common::models::Model;
 use fedmcmc_common::neighbours::Neighbours;
 
-use crate::aggregation::{Joined, multiplier_for, session, share};
+use crate::aggregation::{Joined, multiplier_for, share};
 use crate::error::PartyError;
 use crate::ledger::{Ledger, Masked, PUBLIC_MECHANISM, ReleaseRecord, RunTerms};
 use crate::noise::NoiseSource;
 use crate::runs::{ChainState, RunState};
+pub use crate::statistics::Bound;
 use crate::statistics::{Computed, Public, Query, Statistic};
 
 /// The largest magnitude a statistic may reach (n·b for a clipped sum): far from f64's
@@ -99,21 +100,6 @@ impl Contribution {
             masked: r.masked.clone(),
         }
     }
-}
-
-/// What a query will compute, fixed from public inputs before any row is read.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Bound {
-    /// The bound b on each row's clipped term.
-    pub row: f64,
-    /// The L2 sensitivity of the statistic under the party's neighbour relation.
-    pub sensitivity: f64,
-    /// A bound on the magnitude of each entry of the statistic (n·b for a sum over n rows).
-    pub statistic: f64,
-    /// Whether `sensitivity` already covers rounding the statistic to its noise's grid (the
-    /// clip was shrunk for it, so the noise is exactly s·Δ: DP Barker, whose total variance
-    /// must be its share Cᵢ); otherwise the noise grows to cover it.
-    pub rounding_covered: bool,
 }
 
 /// A [`Bound`] that passed the public caps, with the mechanism that will noise it on its
@@ -380,7 +366,7 @@ impl ReleasePath<'_> {
             query.released_len(),
         )?;
         // Secure aggregation: the run must be joined, and every party adds the same share.
-        let secure = match session(run, key.run_id)? {
+        let secure = match run.session(key.run_id)? {
             Some(aggregation) => {
                 let joined = aggregation.joined()?;
                 let multipliers = (joined.multiplier, joined.gradient_multiplier);

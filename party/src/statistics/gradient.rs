@@ -5,8 +5,8 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
+use super::Bound;
 use super::{Computed, Public, Statistic, clipped_sum_bound, parallel};
-use crate::release::Bound;
 
 /// A gradient query whose θ passed the public checks; `clip` is the run's b_g.
 pub struct Gradient<'a> {

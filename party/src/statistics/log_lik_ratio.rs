@@ -6,8 +6,8 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
+use super::Bound;
 use super::{Computed, Public, Statistic, clipped_sum_bound, parallel};
-use crate::release::Bound;
 
 /// A ratio query whose θ and θ′ passed the public checks.
 pub struct LogLikRatio<'a> {

@@ -19,9 +19,9 @@ use fedmcmc_common::mechanism::grid_step;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
+use super::Bound;
 use super::log_lik_ratio::tempered_row_bound;
 use super::{Computed, Public, Statistic};
-use crate::release::Bound;
 
 /// A ratio query on a batch of `batch` rows, after the public checks.
 pub struct BatchRatio<'a> {

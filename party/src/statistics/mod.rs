@@ -12,7 +12,6 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::error::PartyError;
 use crate::ledger::RunTerms;
-use crate::release::Bound;
 use crate::variants::{
     BARKER, FULL_PENALTY, HMC, INITIALISER, MINIBATCH_PENALTY, SUFFICIENT_STATISTICS, SUMMARIES,
 };
@@ -27,6 +26,21 @@ pub mod summary;
 pub use gradient::Gradient;
 pub use log_lik_ratio::LogLikRatio;
 pub use minibatch::{BarkerRatio, BatchRatio, MinibatchRatio};
+
+/// What a query will compute, fixed from public inputs before any row is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bound {
+    /// The bound b on each row's clipped term.
+    pub row: f64,
+    /// The L2 sensitivity of the statistic under the party's neighbour relation.
+    pub sensitivity: f64,
+    /// A bound on the magnitude of each entry of the statistic (n·b for a sum over n rows).
+    pub statistic: f64,
+    /// Whether `sensitivity` already covers rounding the statistic to its noise's grid (the
+    /// clip was shrunk for it, so the noise is exactly s·Δ: DP Barker, whose total variance
+    /// must be its share Cᵢ); otherwise the noise grows to cover it.
+    pub rounding_covered: bool,
+}
 
 /// One step's query, as the coordinator asks it.
 #[derive(Clone, Copy, Debug, PartialEq)]

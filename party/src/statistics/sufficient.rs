@@ -5,8 +5,8 @@ use fedmcmc_common::data::Columns;
 use fedmcmc_common::models::Model;
 use rand_chacha::ChaCha20Rng;
 
+use super::Bound;
 use super::{Computed, Public, Statistic, clipped_sum_bound};
-use crate::release::Bound;
 
 /// The party's summed statistics and the model's public bound on each row's ‖T·s(x)‖.
 pub struct Sufficient<'a> {

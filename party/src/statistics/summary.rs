@@ -9,9 +9,9 @@ use fedmcmc_common::models::summaries::{MAX_CURVATURE_WEIGHT, Reading};
 use fedmcmc_common::models::{Model, Summaries};
 use rand_chacha::ChaCha20Rng;
 
+use super::Bound;
 use super::{Computed, Public, Statistic, clipped_sum_bound};
 use crate::error::PartyError;
-use crate::release::Bound;
 
 /// The widest Chebyshev window a query may ask for, in linear-predictor units: far beyond
 /// any useful one (the route's default is 2), and small enough that the projection's
