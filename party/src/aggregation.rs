@@ -1,6 +1,6 @@
 //! Secure aggregation on the party's side: a run's session, its key until the join, its
 //! pairwise masks after it, and the share of the noise each release adds (the cryptography
-//! is in `secure/`; the release path in `release.rs` calls [`share`] and [`Joined::mask`]).
+//! is in `secure/`; the release path in `release/` calls [`share`] and [`Joined::mask`]).
 //!
 //! # Why a share is enough
 //!

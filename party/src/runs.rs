@@ -29,7 +29,7 @@ pub(crate) struct RunState {
     pub closed: AtomicBool,
     /// Charged releases committed to the ledger so far.
     pub released: AtomicU64,
-    /// Public answers committed to the ledger so far (ratios of θ to itself, `release.rs`):
+    /// Public answers committed to the ledger so far (ratios of θ to itself, `release/`):
     /// steps of the chains, never charged.
     pub public: AtomicU64,
     pub chains: Vec<tokio::sync::Mutex<ChainState>>,

@@ -1,7 +1,7 @@
 //! Neighbouring rows get the same decisions: two parties whose rows differ in one substituted
 //! row (an extreme finite value, or the edge of the data domain, which is every finite f64)
 //! receive a battery of hostile requests and random hostile ones, and must answer or refuse
-//! them identically, with finite answers (DESIGN §1; the contract in `release.rs`).
+//! them identically, with finite answers (DESIGN §1; the contract in `release/`).
 mod contract;
 
 use contract::plans::{plan, tau};

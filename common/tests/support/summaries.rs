@@ -1,6 +1,6 @@
 //! The `summaries` route simulated in one process, for its calibration: a GLM's rows split
 //! among parties, each release the party's summary plus the Gaussian noise its budget
-//! buys (what `party/src/release.rs` adds under plain aggregation: the sum carries every
+//! buys (what `party/src/release/` adds under plain aggregation: the sum carries every
 //! party's noise, P times the variance secure aggregation leaves over P parties), walked
 //! through the route's rounds, then the noise-aware posterior (and, for contrast, the
 //! plug-in one) sampled by the plain HMC.

@@ -7,7 +7,7 @@
 //! record gets that reply back without reaching the party; the first call that is not goes
 //! to the party, and from there the job is live. The chains retrace the draws already
 //! made exactly, no run is opened twice, and no step is asked for again except the last one
-//! a party answered, which it replays bit for bit (`party/src/release.rs`) without charging
+//! a party answered, which it replays bit for bit (`party/src/release/`) without charging
 //! it again.
 //!
 //! Per party, in its own directory:

@@ -30,7 +30,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 /// The mechanism a release record names when its answer is the same for every dataset (a
-/// log-likelihood ratio of θ to itself, `release.rs`): recorded so that a retry replays it
+/// log-likelihood ratio of θ to itself, `release/`): recorded so that a retry replays it
 /// and the chain's step advances, never charged.
 pub const PUBLIC_MECHANISM: &str = "public";
 

@@ -2,7 +2,7 @@
 //! `oneof` in `proto/`), its statistic here, its accountant entry (`variants.rs`) and a
 //! coordinator kernel.
 //!
-//! Each statistic splits into the two phases of the release path's contract (`release.rs`):
+//! Each statistic splits into the two phases of the release path's contract (`release/`):
 //! [`Statistic::bound`] sees public facts only and fixes the per-row bound, the sensitivity
 //! and a cap on the result; [`Statistic::compute`] sees the rows and cannot fail.
 use fedmcmc_common::data::Columns;
