@@ -1,5 +1,5 @@
 //! The release path's contract as a reusable test (DESIGN §1; the contract itself is written
-//! at the top of `party/src/release.rs`).
+//! at the top of `party/src/release/`).
 //!
 //! Two parties that differ in one substituted row receive the same calls. Whether each call
 //! is answered or refused, and with which status and message, must be the same for both, and
