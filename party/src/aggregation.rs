@@ -100,7 +100,7 @@ pub(crate) struct Joined {
 }
 
 /// A refused or impossible aggregation step, as the party's error.
-fn refused(e: impl std::fmt::Display) -> PartyError {
+pub(crate) fn refused(e: impl std::fmt::Display) -> PartyError {
     PartyError::FailedPrecondition(format!("secure aggregation: {e}"))
 }
 

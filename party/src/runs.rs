@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use fedmcmc_common::accountant::{MechanismKind, Release};
 
-use crate::aggregation::Aggregation;
+use crate::aggregation::{Aggregation, refused};
 use crate::error::PartyError;
 use crate::fold::MAX_BARKER_GROUPS;
 use crate::ledger::{ClosedBy, ReleaseRecord, RunRecord, RunTerms};
@@ -70,8 +70,8 @@ impl RunState {
         match (&self.aggregation, &self.terms.aggregation) {
             (Some(a), _) => Ok(Some(a)),
             (None, None) => Ok(None),
-            (None, Some(_)) => Err(PartyError::FailedPrecondition(format!(
-                "secure aggregation: run {run_id}'s pairwise secrets are kept in memory only and this party has restarted since it opened: the run cannot go on; open a new one"
+            (None, Some(_)) => Err(refused(format_args!(
+                "run {run_id}'s pairwise secrets are kept in memory only and this party has restarted since it opened: the run cannot go on; open a new one"
             ))),
         }
     }

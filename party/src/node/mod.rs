@@ -319,10 +319,6 @@ impl PartyNode {
         &self,
         requests: &[(StepKey<'_>, Query<'_>)],
     ) -> Vec<Result<Contribution, PartyError>> {
-        let runs = requests
-            .iter()
-            .map(|(key, _)| self.run(key.run_id))
-            .collect();
         let path = ReleasePath {
             model: self.model.as_ref(),
             data: &self.data,
@@ -331,7 +327,7 @@ impl PartyNode {
             noise: &self.noise,
             ledger: &self.ledger,
         };
-        path.steps(requests, runs).await
+        path.steps(requests, |run_id| self.run(run_id)).await
     }
 
     /// Looks up an open run for a step or a close, renewing its lease; a closed run is

@@ -50,9 +50,8 @@
 //! advances, and a retry replays it. Answering rather than refusing keeps a chain going
 //! whose proposal did not move (a move to θ itself is the same whether accepted or not),
 //! and the ledger still holds exactly the composition of the charged releases.
-use std::sync::atomic::Ordering;
-
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use fedmcmc_common::data::Columns;
 use fedmcmc_common::mechanism::{GaussianMechanism, GridGaussian, MAX_ENTRIES};
@@ -269,8 +268,8 @@ impl ReleasePath<'_> {
     /// Answers a frame of steps (every chain's step of a run, in one message), each checked,
     /// computed and answered exactly as alone, with the frame's releases charged in one
     /// ledger commit before any of them is answered. The statistic is
-    /// `statistics/`'s for the query, in a run of the query's variant. `runs` holds each
-    /// request's run as the node found it (or why it did not).
+    /// `statistics/`'s for the query, in a run of the query's variant. `lookup` finds a
+    /// step's run, as the node holds it (or says why it cannot).
     ///
     /// Each step holds its chain from its checks to its answer. A frame takes its chains in
     /// the order of (run, chain), so two frames never wait on each other; a chain that is
@@ -278,13 +277,12 @@ impl ReleasePath<'_> {
     pub(crate) async fn steps(
         &self,
         requests: &[(StepKey<'_>, Query<'_>)],
-        found: Vec<Result<Arc<RunState>, PartyError>>,
+        lookup: impl Fn(&str) -> Result<Arc<RunState>, PartyError>,
     ) -> Vec<Result<Contribution, PartyError>> {
-        debug_assert_eq!(requests.len(), found.len(), "one run per request");
         let mut answers: Answers = requests.iter().map(|_| None).collect();
         let mut runs = Vec::with_capacity(requests.len());
-        for (i, run) in found.into_iter().enumerate() {
-            match run {
+        for (i, (key, _)) in requests.iter().enumerate() {
+            match lookup(key.run_id) {
                 Ok(run) => runs.push(Some(run)),
                 Err(e) => {
                     answers[i] = Some(Err(e));
